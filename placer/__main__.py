@@ -1,0 +1,5 @@
+"""``python -m placer``."""
+
+from placer.cli import main
+
+main()

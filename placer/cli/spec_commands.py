@@ -1,0 +1,59 @@
+"""``placer presets`` and ``placer schema``: what placer knows and what its files look like."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from placer.spec import Cluster, Job, Layout, Model, Plan
+from placer.spec.presets import cluster_names, cluster_preset, gpu_names, gpu_preset, model_names
+from placer.spec.presets import model_preset
+
+SCHEMAS = {"model": Model, "cluster": Cluster, "job": Job, "layout": Layout, "plan": Plan}
+
+
+@click.command("presets")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable list")
+def presets_command(as_json: bool) -> None:
+    """List every GPU, cluster and model preset."""
+    if as_json:
+        click.echo(json.dumps({"gpus": gpu_names(), "clusters": cluster_names(),
+                               "models": model_names()}, indent=2))
+        return
+    console = Console(width=120)
+    gpus = Table("GPU", "memory GB", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM TB/s", title="GPUs")
+    for name in gpu_names():
+        g = gpu_preset(name)
+        fp8 = f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-"
+        gpus.add_row(name, f"{g.capacity_bytes / 1e9:.0f}", f"{g.bf16_flops / 1e12:.0f}", fp8,
+                     f"{g.hbm_bandwidth_bytes_per_s / 1e12:.2f}")
+    clusters = Table("cluster", "GPU", "GPUs/node", "NVLink domain", "NICs/node", "description",
+                     title="clusters (scale with --nodes)")
+    for name in cluster_names():
+        c = cluster_preset(name)
+        t = c.node_types[0]
+        nics = f"{len(t.nics)}x{t.nics[0].rate_gbps:g}Gb/s" if t.nics else "-"
+        clusters.add_row(name, t.gpu.name, str(t.gpus_per_node), str(t.nvlink_domain_size), nics,
+                         c.description)
+    models = Table("model", "layers", "hidden", "heads/kv", "FFN", "vocab", "experts", title="models")
+    for name in model_names():
+        m = model_preset(name)
+        experts = f"{m.moe.num_experts} top-{m.moe.top_k}" if m.moe else "-"
+        models.add_row(name, str(m.num_layers), str(m.hidden_size),
+                       f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size),
+                       str(m.vocab_size), experts)
+    for table in (gpus, clusters, models):
+        console.print(table)
+
+
+@click.command("schema")
+@click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
+def schema_command(kind: str) -> None:
+    """Print the JSON Schema of a model, cluster, job, layout or plan file."""
+    click.echo(json.dumps(SCHEMAS[kind].model_json_schema(), indent=2, sort_keys=True))
+
+
+COMMANDS = [presets_command, schema_command]

@@ -1,0 +1,56 @@
+"""User-facing errors: one line naming the field, the value and the fix.
+
+Every error a user can cause (bad flag, bad file, impossible request) is a ``PlacerError``.
+The CLI prints ``error: <message>`` and exits with code 2, with no traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+USER_ERROR_EXIT_CODE = 2
+
+
+class PlacerError(Exception):
+    """An error caused by the user's input; its message is a single line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class InputError(PlacerError):
+    """A field of an input has a value that cannot be used."""
+
+    def __init__(self, field: str, value: Any, fix: str) -> None:
+        self.field = field
+        self.value = value
+        self.fix = fix
+        super().__init__(f"{field}: {short_repr(value)} is not valid; {fix}")
+
+
+class InfeasibleError(PlacerError):
+    """The request is well formed but no layout can satisfy it."""
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A one-line, bounded rendering of a user value for error messages."""
+    text = repr(value) if not isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def from_validation_error(exc: ValidationError, source: str) -> PlacerError:
+    """Turn pydantic's multi-line report into one line about its first problem."""
+    first = exc.errors(include_url=False)[0]
+    location = ".".join(str(part) for part in first.get("loc", ()) if part != "__root__")
+    field = f"{source}.{location}" if location else source
+    message = str(first.get("msg", "invalid value"))
+    message = message.removeprefix("Value error, ")
+    if first.get("type") == "extra_forbidden":
+        return PlacerError(f"{field}: unknown field; check its spelling against `placer schema`")
+    if first.get("type") == "missing":
+        return PlacerError(f"{field}: required field is missing")
+    value = first.get("input")
+    return PlacerError(f"{field}: {short_repr(value)} is not valid; {message}")

@@ -1,0 +1,34 @@
+"""GPU description: memory, peak dense FLOP/s, HBM bandwidth."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from placer.spec.base import Spec
+
+
+class GPU(Spec):
+    """One accelerator model. Peaks are dense (no sparsity), as MFU needs."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    memory_bytes: int = Field(gt=0, le=10**14, description="HBM capacity in bytes")
+    bf16_flops: float = Field(gt=0, le=1e17, description="dense BF16 peak, FLOP/s")
+    fp8_flops: float | None = Field(
+        default=None, gt=0, le=1e17, description="dense FP8 peak, FLOP/s; null if unsupported"
+    )
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0, le=1e15)
+    usable_memory_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="memory a job can allocate when less than memory_bytes (e.g. DGX B200)",
+    )
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak for the job's precision; FP8 falls back to BF16 where unsupported."""
+        if precision == "fp8" and self.fp8_flops is not None:
+            return self.fp8_flops
+        return self.bf16_flops
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.usable_memory_bytes or self.memory_bytes

@@ -1,0 +1,116 @@
+"""Training job: sequence length, batch, precision, optimizer, and the user's degree constraints."""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from placer.spec.base import Spec
+
+JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp")
+RECOMPUTE_MODES = ("none", "selective", "full")
+_OPERATORS: dict[str, Callable[[object, object], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq,
+    "=": operator.eq, "<": operator.lt, ">": operator.gt,
+}
+_CONSTRAINT_RE = re.compile(r"^\s*([a-z]+)\s*(<=|>=|!=|==|=|<|>|\s+in\s+)\s*(.+?)\s*$")
+
+
+class Optimizer(Spec):
+    """Bytes each parameter costs in training state (Megatron's bf16 recipe by default)."""
+
+    name: str = Field(default="adam", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    param_bytes: int = Field(default=2, ge=1, le=8, description="working weights (bf16)")
+    grad_bytes: int = Field(default=4, ge=1, le=8, description="main gradients (fp32 in Megatron)")
+    master_param_bytes: int = Field(default=4, ge=0, le=8, description="fp32 master copy")
+    state_bytes: int = Field(default=8, ge=0, le=32, description="Adam moments, fp32 m and v")
+
+    @property
+    def sharded_state_bytes(self) -> int:
+        """What ZeRO-1 shards: master weights plus optimizer moments (12 for Adam)."""
+        return self.master_param_bytes + self.state_bytes
+
+
+class DegreeConstraint(Spec):
+    """One user constraint such as ``tp<=8``, ``pp in 1,2,4``, ``zero>=1``, ``recompute=full``."""
+
+    key: Literal["tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp"]
+    op: Literal["<=", ">=", "!=", "=", "<", ">", "in"]
+    values: tuple[int | str, ...] = Field(min_length=1)
+
+    @classmethod
+    def parse(cls, text: str) -> DegreeConstraint:
+        """Parse the command-line form; raises ValueError with the valid forms."""
+        match = _CONSTRAINT_RE.match(text)
+        if not match or match.group(1) not in CONSTRAINT_KEYS:
+            raise ValueError(
+                f"constraint {text!r} must look like 'tp<=8', 'pp in 1,2,4', 'zero>=1' or "
+                f"'recompute=full' with a key from {', '.join(CONSTRAINT_KEYS)}"
+            )
+        key, op, raw = match.group(1), match.group(2).strip(), match.group(3)
+        op = "=" if op == "==" else op
+        values = tuple(_constraint_value(key, v.strip()) for v in raw.split(","))
+        if op != "in" and len(values) != 1:
+            raise ValueError(f"constraint {text!r}: use 'in' for a list of values")
+        if key in ("recompute", "sp") and op not in ("=", "!=", "in"):
+            raise ValueError(f"constraint {text!r}: {key} takes =, != or in")
+        return cls(key=key, op=op, values=values)  # type: ignore[arg-type]
+
+    def allows(self, value: int | str) -> bool:
+        if self.op == "in":
+            return value in self.values
+        return bool(_OPERATORS[self.op](value, self.values[0]))
+
+    def __str__(self) -> str:
+        joined = ",".join(str(v) for v in self.values)
+        return f"{self.key} in {joined}" if self.op == "in" else f"{self.key}{self.op}{joined}"
+
+
+def _constraint_value(key: str, raw: str) -> int | str:
+    if key == "recompute":
+        if raw not in RECOMPUTE_MODES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, not {raw!r}")
+        return raw
+    if key == "sp":
+        if raw not in ("on", "off"):
+            raise ValueError(f"sp must be on or off, not {raw!r}")
+        return raw
+    if not raw.isdigit():
+        raise ValueError(f"{key} takes a non-negative integer, not {raw!r}")
+    return int(raw)
+
+
+class Job(Spec):
+    """One training job on one cluster."""
+
+    name: str = Field(default="placer-job", pattern=JOB_NAME_PATTERN)
+    seq_len: int = Field(ge=1, le=100_000_000)
+    global_batch_size: int = Field(ge=1, le=100_000_000, description="sequences per step")
+    precision: Literal["bf16", "fp8"] = "bf16"
+    optimizer: Optimizer = Field(default_factory=Optimizer)
+    constraints: tuple[DegreeConstraint, ...] = ()
+    memory_headroom: float = Field(
+        default=0.05, ge=0.0, lt=0.9, description="fraction of GPU memory kept free"
+    )
+    allow_tp_outside_nvlink: bool = Field(
+        default=False, description="let TP groups leave an NVLink domain (slow; off by default)"
+    )
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _parse_constraints(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list | tuple):
+            return tuple(DegreeConstraint.parse(v) if isinstance(v, str) else v for v in value)
+        return value
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch_size

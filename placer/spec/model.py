@@ -1,0 +1,79 @@
+"""Decoder-only transformer description, dense or mixture-of-experts."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from placer.spec.base import Spec
+from placer.spec.cluster import NAME_PATTERN
+
+
+class MoE(Spec):
+    """Mixture-of-experts settings (Mixtral, Qwen3-MoE, DeepSeek-V3 style)."""
+
+    num_experts: int = Field(ge=1, le=65_536)
+    top_k: int = Field(ge=1, le=64)
+    expert_ffn_hidden_size: int = Field(ge=1, le=10**6)
+    num_shared_experts: int = Field(default=0, ge=0, le=64)
+    shared_expert_ffn_hidden_size: int | None = Field(default=None, ge=1, le=10**6)
+    first_dense_layers: int = Field(
+        default=0, ge=0, description="leading layers with a dense MLP (DeepSeek-V3: 3)"
+    )
+    layer_frequency: int = Field(default=1, ge=1, description="every k-th layer after is MoE")
+
+    @model_validator(mode="after")
+    def _top_k(self) -> MoE:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        return self
+
+
+class Model(Spec):
+    """What the cost model needs of a transformer; head_dim defaults to hidden/heads."""
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=96)
+    num_layers: int = Field(ge=1, le=10_000)
+    hidden_size: int = Field(ge=1, le=10**6)
+    num_attention_heads: int = Field(ge=1, le=10_000)
+    num_kv_heads: int | None = Field(default=None, ge=1, le=10_000)
+    head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    ffn_hidden_size: int = Field(ge=1, le=10**7)
+    gated_mlp: bool = Field(default=True, description="SwiGLU-style gated MLP (3 matrices)")
+    vocab_size: int = Field(ge=1, le=10**7)
+    tied_embeddings: bool = False
+    max_seq_len: int | None = Field(default=None, ge=1, le=100_000_000)
+    moe: MoE | None = None
+
+    @model_validator(mode="after")
+    def _heads(self) -> Model:
+        kv = self.kv_heads
+        if kv > self.num_attention_heads or self.num_attention_heads % kv:
+            raise ValueError(
+                f"num_kv_heads {kv} must divide num_attention_heads {self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}; set head_dim"
+            )
+        if self.moe and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError("moe.first_dense_layers exceeds num_layers")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether 0-based ``layer`` has an MoE block instead of a dense MLP."""
+        if self.moe is None or layer < self.moe.first_dense_layers:
+            return False
+        return (layer - self.moe.first_dense_layers) % self.moe.layer_frequency == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))

@@ -1,0 +1,171 @@
+"""Built-in presets and loading of user files (YAML or JSON) into the spec models.
+
+Every loader turns a problem into a one-line ``PlacerError`` naming the file or field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from placer.errors import InputError, PlacerError, from_validation_error
+from placer.spec.cluster import Cluster
+from placer.spec.gpu import GPU
+from placer.spec.job import Job
+from placer.spec.model import Model
+
+M = TypeVar("M", bound=BaseModel)
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def _preset_text(name: str) -> str:
+    return resources.files("placer.spec").joinpath("presets", name).read_text(encoding="utf-8")
+
+
+@cache
+def _gpu_table() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load(_preset_text("gpus.yaml"))
+
+
+@cache
+def _model_table() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load(_preset_text("models.yaml"))
+
+
+@cache
+def _cluster_names() -> tuple[str, ...]:
+    folder = resources.files("placer.spec").joinpath("presets", "clusters")
+    return tuple(sorted(p.name.removesuffix(".yaml") for p in folder.iterdir()
+                        if p.name.endswith(".yaml")))
+
+
+def gpu_names() -> list[str]:
+    return list(_gpu_table())
+
+
+def model_names() -> list[str]:
+    return list(_model_table())
+
+
+def cluster_names() -> list[str]:
+    return list(_cluster_names())
+
+
+@cache
+def gpu_preset(name: str) -> GPU:
+    table = _gpu_table()
+    if name not in table:
+        raise ValueError(f"unknown GPU {name!r}; known: {', '.join(table)}")
+    return GPU.model_validate({"name": name, **table[name]})
+
+
+@cache
+def model_preset(name: str) -> Model:
+    return Model.model_validate({"name": name, **_model_table()[name]})
+
+
+@cache
+def cluster_preset(name: str) -> Cluster:
+    text = _preset_text(f"clusters/{name}.yaml")
+    return Cluster.model_validate(yaml.safe_load(text))
+
+
+def validated(model_cls: type[M], data: Any, source: str) -> M:
+    """``model_cls.model_validate`` with a one-line error naming ``source`` and the field."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, source) from None
+
+
+def read_document(path: Path) -> Any:
+    """Parse a YAML or JSON file; a missing, huge, truncated or malformed file is a PlacerError."""
+    if not path.is_file():
+        raise PlacerError(f"{path}: no such file")
+    if path.stat().st_size > MAX_INPUT_BYTES:
+        raise PlacerError(f"{path}: file is larger than {MAX_INPUT_BYTES // 2**20} MiB")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlacerError(f"{path}: cannot read as UTF-8 text ({exc.__class__.__name__})") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text, parse_constant=_reject_constant)
+        else:
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise PlacerError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise PlacerError(f"{where}: invalid YAML: {problem}") from None
+    except ValueError as exc:
+        raise PlacerError(f"{path}: {exc}") from None
+    _reject_non_finite(data, str(path))
+    return data
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not allowed; use a finite number")
+
+
+def _reject_non_finite(data: Any, where: str) -> None:
+    if isinstance(data, float) and not math.isfinite(data):
+        raise PlacerError(f"{where}: {data} is not allowed; use a finite number")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _reject_non_finite(value, f"{where}: {key}")
+    elif isinstance(data, list):
+        for value in data:
+            _reject_non_finite(value, where)
+
+
+def _looks_like_path(ref: str) -> bool:
+    return Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or "/" in ref or Path(ref).exists()
+
+
+def load_model(ref: str) -> Model:
+    """A preset name, a placer model file, or a Hugging Face ``config.json``."""
+    if ref in _model_table():
+        return model_preset(ref)
+    if not _looks_like_path(ref):
+        raise InputError("--model", ref, f"use a preset ({', '.join(model_names())}) or a file")
+    path = Path(ref)
+    data = read_document(path)
+    if not isinstance(data, dict):
+        raise PlacerError(f"{path}: expected a mapping of model fields")
+    from placer.spec.hf import is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        return model_from_hf_config(data, default_name=path.parent.name or path.stem, source=ref)
+    data.setdefault("name", path.stem)
+    return validated(Model, data, str(path))
+
+
+def load_cluster(ref: str) -> Cluster:
+    """A preset name or a cluster file."""
+    if ref in _cluster_names():
+        return cluster_preset(ref)
+    if not _looks_like_path(ref):
+        raise InputError("--cluster", ref, f"use a preset ({', '.join(cluster_names())}) or a file")
+    path = Path(ref)
+    data = read_document(path)
+    if not isinstance(data, dict):
+        raise PlacerError(f"{path}: expected a mapping of cluster fields")
+    data.setdefault("name", path.stem)
+    return validated(Cluster, data, str(path))
+
+
+def load_job(path: Path) -> Job:
+    data = read_document(path)
+    if not isinstance(data, dict):
+        raise PlacerError(f"{path}: expected a mapping of job fields")
+    return validated(Job, data, str(path))

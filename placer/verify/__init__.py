@@ -1,0 +1,1 @@
+"""Checks of a layout on real (or emulated) hardware."""
