@@ -1,0 +1,135 @@
+"""The parallel grid of a layout: mesh orders, coordinates and process groups.
+
+A *mesh order* lists the dense dimensions innermost first, as Megatron's ``order`` does
+(``tp-cp-dp-pp``: consecutive ranks differ in tp). The *logical index* of a grid point is its
+position in that order. A placement then maps logical indices to GPU slots (torchrun ranks);
+the natural placement is the identity.
+
+Experts live on a second grid over the same ranks (Megatron-Core's expert generator): within a
+pipeline stage the ``tp x cp x dp`` points, flattened in mesh order, are split as
+``etp`` (innermost) x ``ep`` x ``edp``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import permutations
+
+from placer.errors import InputError
+from placer.spec.layout import Layout
+
+DENSE_DIMS = ("tp", "cp", "dp", "pp")
+EXPERT_DIMS = ("etp", "ep", "edp")
+GROUP_DIMS = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "etp", "edp")
+DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
+
+
+def parse_order(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Parse ``tp-cp-ep-dp-pp`` (Megatron spelling, innermost first) into the dense order.
+
+    ``ep`` is accepted and dropped: experts follow the dense order. Missing dims are appended
+    in the default order, as Megatron does for dims of size 1.
+    """
+    tokens = [t.strip().lower() for t in (text.split("-") if isinstance(text, str) else text)]
+    tokens = [t for t in tokens if t and t != "ep"]
+    unknown = [t for t in tokens if t not in DENSE_DIMS]
+    if unknown or len(set(tokens)) != len(tokens):
+        raise InputError("mesh order", text, "use a permutation of tp-cp-dp-pp, e.g. tp-cp-dp-pp")
+    return tuple(tokens) + tuple(d for d in DEFAULT_ORDER if d not in tokens)
+
+
+def order_text(order: Sequence[str]) -> str:
+    return "-".join(order)
+
+
+def candidate_orders(layout: Layout) -> list[tuple[str, ...]]:
+    """Distinct mesh orders for a layout: dims of size 1 do not change the rank map."""
+    seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for order in permutations(DENSE_DIMS):
+        key = tuple(d for d in order if getattr(layout, d) > 1)
+        seen.setdefault(key, order)
+    return sorted(seen.values(), key=lambda o: (o != DEFAULT_ORDER, o))
+
+
+@dataclass(frozen=True)
+class MeshGrid:
+    """Coordinates and groups of every logical index for one layout and mesh order."""
+
+    layout: Layout
+    order: tuple[str, ...] = DEFAULT_ORDER
+
+    @cached_property
+    def sizes(self) -> dict[str, int]:
+        return {d: getattr(self.layout, d) for d in DENSE_DIMS}
+
+    @cached_property
+    def strides(self) -> dict[str, int]:
+        """Logical-index stride of each dense dim (innermost stride 1)."""
+        strides, step = {}, 1
+        for dim in self.order:
+            strides[dim] = step
+            step *= self.sizes[dim]
+        return strides
+
+    @property
+    def size(self) -> int:
+        return self.layout.num_gpus
+
+    def logical_index(self, coords: dict[str, int]) -> int:
+        return sum(coords[d] * self.strides[d] for d in DENSE_DIMS)
+
+    def dense_coords(self, index: int) -> dict[str, int]:
+        return {d: (index // self.strides[d]) % self.sizes[d] for d in DENSE_DIMS}
+
+    def _stage_local_index(self, coords: dict[str, int]) -> int:
+        """Position of a point among the tp*cp*dp points of its stage, in mesh order."""
+        local, step = 0, 1
+        for dim in self.order:
+            if dim == "pp":
+                continue
+            local += coords[dim] * step
+            step *= self.sizes[dim]
+        return local
+
+    def coords(self, index: int) -> dict[str, int]:
+        """Dense and expert coordinates of a logical index."""
+        coords = self.dense_coords(index)
+        local = self._stage_local_index(coords)
+        etp, ep = self.layout.etp, self.layout.ep
+        coords["etp"] = local % etp
+        coords["ep"] = (local // etp) % ep
+        coords["edp"] = local // (etp * ep)
+        return coords
+
+    def group_of(self, index: int, dims: Sequence[str]) -> list[int]:
+        """Logical indices that share every coordinate of ``index`` except ``dims``."""
+        return [i for i in self.groups(dims) if index in i][0]
+
+    def groups(self, dims: str | Sequence[str]) -> list[list[int]]:
+        """All groups of a dimension (``"tp"``, ``"dp_cp"``, ``"ep"``...), each sorted.
+
+        Groups are ordered by their smallest member, so group ids are stable.
+        """
+        dim_tuple = tuple(dims.split("_")) if isinstance(dims, str) else tuple(dims)
+        keyed: dict[tuple[int, ...], list[int]] = {}
+        for index in range(self.size):
+            coords = self.coords(index)
+            if set(dim_tuple) & set(EXPERT_DIMS):
+                key = (coords["pp"],) + tuple(
+                    coords[d] for d in EXPERT_DIMS if d not in dim_tuple)
+            else:
+                key = tuple(coords[d] for d in DENSE_DIMS if d not in dim_tuple)
+            keyed.setdefault(key, []).append(index)
+        return sorted(keyed.values(), key=lambda g: g[0])
+
+    def representative_group(self, dim: str) -> list[int]:
+        """The group of ``dim`` that holds logical index 0 (cheap: no full enumeration)."""
+        if dim in DENSE_DIMS:
+            return [i * self.strides[dim] for i in range(self.sizes[dim])]
+        return self.groups(dim)[0]
+
+    def iter_coords(self) -> Iterator[dict[str, int]]:
+        for index in range(self.size):
+            yield self.coords(index)
