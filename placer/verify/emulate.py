@@ -252,6 +252,7 @@ class EmulatedCluster:
 
     @property
     def bridge_namespace(self) -> str:
+        """Namespace holding the bridge that joins the nodes (its ports carry the shaping too)."""
         return self._bridge_ns
 
     def interface_name(self, i: int) -> str:
