@@ -1,0 +1,81 @@
+"""The common default layout, the one a team would pick without placer, as a yardstick.
+
+Rule (what Megatron-LM and NeMo recipes do by hand): TP = the largest valid degree up to 8 that
+stays inside one NVLink domain; PP = the smallest degree that fits in memory; DP for the rest;
+micro-batch 1, ZeRO-1 (distributed optimizer) when DP > 1, selective recompute, sequence
+parallelism with TP; no CP; for MoE models EP = gcd(experts, DP) (experts spread over the
+data-parallel ranks). The user's --constraint flags do not apply: the yardstick is what a team
+would run without thinking about them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from placer.mesh import DEFAULT_ORDER
+from placer.report.describe import gib
+from placer.spec.cluster import Cluster
+from placer.spec.job import Job
+from placer.spec.layout import Layout, layout_problem
+from placer.spec.model import Model
+from placer.spec.results import Estimate
+
+EstimateFn = Callable[..., Estimate]
+TP_CAP = 8  # TP=8 inside a DGX/HGX node: the Megatron-LM recipes (conventions.md section 10.1)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The common default's layout and estimate, or why there is none (``note``)."""
+
+    layout: Layout | None
+    estimate: Estimate | None
+    note: str = ""
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def default_tp(model: Model, cluster: Cluster, num_gpus: int) -> int:
+    """The largest TP <= 8 that fits in every node's NVLink domain and divides the heads."""
+    domain = min(cluster.node_type_named(p.node_type).nvlink_domain_size for p in cluster.pools)
+    cap = max(1, min(TP_CAP, domain))
+    for tp in range(cap, 0, -1):
+        kv = model.kv_heads
+        if (model.num_attention_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+                and num_gpus % tp == 0):
+            return tp
+    return 1
+
+
+def common_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
+                   estimate_fn: EstimateFn, profile: Any = None) -> Baseline:
+    """The common default for ``num_gpus`` GPUs, estimated with the cost model."""
+    plain_job = Job.model_validate({**job.model_dump(), "constraints": []})
+    tp = default_tp(model, cluster, num_gpus)
+    tightest: Estimate | None = None
+    for pp in _divisors(num_gpus // tp):
+        dp = num_gpus // (tp * pp)
+        ep = math.gcd(model.moe.num_experts, dp) if model.moe else 1
+        layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, micro_batch_size=1,
+                        zero_stage=1 if dp > 1 else 0, recompute="selective",
+                        sequence_parallel=tp > 1)
+        if layout_problem(layout, model, plain_job, num_gpus) is not None:
+            continue
+        estimate = estimate_fn(model, cluster, plain_job, layout, order=DEFAULT_ORDER,
+                               profile=profile)
+        if estimate.fits:
+            return Baseline(layout, estimate)
+        if tightest is None or estimate.peak_memory_bytes < tightest.peak_memory_bytes:
+            tightest = estimate
+    if tightest is None:
+        return Baseline(None, None, f"no valid PP degree with TP={tp} for {num_gpus} GPUs")
+    mem = tightest.memory
+    return Baseline(None, None,
+                    f"it does not fit at any PP degree with TP={tp}: the best "
+                    f"({tightest.layout.compact()}) needs {gib(mem.total_bytes)} GiB per GPU "
+                    f"of {gib(mem.capacity_bytes)} GiB")

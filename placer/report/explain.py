@@ -1,0 +1,165 @@
+"""The plain-language why of a recommendation: sentences a user can defend to their team.
+
+Everything here is a pure function of the ranked candidates, the common default and the what-if
+results, so the same plan always reads the same.
+"""
+
+from __future__ import annotations
+
+from placer.report.baseline import Baseline
+from placer.report.describe import (
+    BREAKDOWN_LABELS,
+    GIB,
+    count,
+    gib,
+    layout_text,
+    link_name,
+    link_scope,
+    percent,
+    same_shape,
+    seconds,
+    shape_changes,
+)
+from placer.report.whatif import WhatIf
+from placer.spec.cluster import Cluster
+from placer.spec.job import Job
+from placer.spec.layout import layout_problem
+from placer.spec.model import Model
+from placer.spec.results import Estimate
+
+TIE_FRACTION = 0.005
+"""Step times closer than 0.5% are called a tie: below what the cost model can resolve."""
+REASON_SHARE = 0.1
+"""A breakdown part is named as a reason when it moves by at least this share of the gap."""
+LINK_DIMS = ("tp", "cp", "ep", "pp", "dp")
+
+
+def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate],
+            baseline: Baseline | None, what_ifs: list[WhatIf]) -> list[str]:
+    """The explanation of the first candidate, one sentence per line."""
+    best = candidates[0]
+    lines = [headline(best)]
+    if len(candidates) > 1:
+        lines.append(versus(best, candidates[1], "#2"))
+    if baseline is not None:
+        lines.append(versus_default(model, job, best, baseline))
+    links = links_sentence(best, cluster)
+    if links:
+        lines.append(links)
+    lines.extend(what_if_sentences(best, what_ifs))
+    return lines
+
+
+def headline(best: Estimate) -> str:
+    mem = best.memory
+    return (f"Best: {layout_text(best.layout)} (ranks ordered {'-'.join(best.mesh_order)}): "
+            f"{seconds(best.step_time_s)} per step, {count(best.tokens_per_s)} tokens/s, "
+            f"{percent(best.mfu)} MFU, {gib(mem.total_bytes)} of {gib(mem.capacity_bytes)} GiB "
+            f"per GPU ({gib(mem.capacity_bytes - mem.total_bytes)} GiB free).")
+
+
+def gain(best: Estimate, other: Estimate) -> float:
+    """How much more throughput ``best`` has than ``other`` (0.1 = 10% more tokens/s)."""
+    return other.step_time_s / best.step_time_s - 1.0
+
+
+def reasons(best: Estimate, other: Estimate) -> str:
+    """Which parts of the step explain the difference, e.g. ``1.2 s less pipeline bubble``."""
+    gap = abs(other.step_time_s - best.step_time_s)
+    diffs = [(getattr(other.breakdown, f) - getattr(best.breakdown, f), f)
+             for f in BREAKDOWN_LABELS]
+    floor = max(gap * REASON_SHARE, 1e-6)
+    saved = sorted(((d, f) for d, f in diffs if d >= floor), key=lambda x: (-x[0], x[1]))[:2]
+    paid = sorted(((d, f) for d, f in diffs if -d >= floor), key=lambda x: (x[0], x[1]))[:1]
+    parts = [f"{seconds(d)} less on {BREAKDOWN_LABELS[f]}" for d, f in saved]
+    costs = [f"{seconds(-d)} more on {BREAKDOWN_LABELS[f]}" for d, f in paid]
+    if parts and costs:
+        return f"it spends {' and '.join(parts)}, at the cost of {costs[0]}"
+    if parts:
+        return f"it spends {' and '.join(parts)}"
+    if costs:
+        return f"it spends {costs[0]}, but less elsewhere"
+    return "the difference is spread over the whole step"
+
+
+def _memory_note(best: Estimate, other: Estimate, name: str) -> str:
+    delta = best.peak_memory_bytes - other.peak_memory_bytes
+    if abs(delta) < GIB:
+        return ""
+    if delta > 0:
+        return (f"; {name} would leave more memory free ({gib(other.peak_memory_bytes)} vs "
+                f"{gib(best.peak_memory_bytes)} GiB per GPU)")
+    return (f"; it also needs {gib(-delta)} GiB less memory per GPU than {name}")
+
+
+def versus(best: Estimate, other: Estimate, name: str) -> str:
+    """What the first candidate gains over ``other``."""
+    label = f"{name} ({layout_text(other.layout)})"
+    if same_shape(best.layout, other.layout) and best.mesh_order != other.mesh_order:
+        label = f"{name} (the same degrees with ranks ordered {'-'.join(other.mesh_order)})"
+    ratio = gain(best, other)
+    memory = _memory_note(best, other, name)
+    if ratio < TIE_FRACTION:
+        return (f"Over {label}: a tie within {percent(TIE_FRACTION)} "
+                f"({seconds(other.step_time_s)} per step){memory or '; either is a sound choice'}.")
+    return (f"Over {label}: {percent(ratio)} more tokens/s "
+            f"({seconds(other.step_time_s)} per step); {reasons(best, other)}{memory}.")
+
+
+def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline) -> str:
+    """What the first candidate gains over the common default, or that it is the default."""
+    if baseline.layout is None or baseline.estimate is None:
+        return (f"The common default (TP up to 8 inside a node, the smallest PP that fits, DP for "
+                f"the rest) is not an option: {baseline.note}.")
+    default = baseline.estimate
+    spelled = f"the common default ({layout_text(baseline.layout)})"
+    if same_shape(best.layout, baseline.layout):
+        return (f"This is {spelled}: TP inside a node, PP just enough to fit, DP for the rest; "
+                f"placer confirms it.")
+    ratio = gain(best, default)
+    if ratio < -TIE_FRACTION:
+        problem = layout_problem(baseline.layout, model, job, best.layout.num_gpus)
+        why = f"your constraints rule it out ({problem[2]})" if problem else (
+            "the search did not rank it first")
+        return (f"{spelled[0].upper()}{spelled[1:]} would be {percent(-ratio)} faster "
+                f"({seconds(default.step_time_s)} per step), but {why}.")
+    if ratio < TIE_FRACTION:
+        return (f"Over {spelled}: a tie within {percent(TIE_FRACTION)} "
+                f"({seconds(default.step_time_s)} per step){_memory_note(best, default, 'it')}.")
+    return (f"Over {spelled}: {percent(ratio)} more tokens/s "
+            f"({seconds(default.step_time_s)} per step, {percent(default.mfu)} MFU); "
+            f"{reasons(best, default)}.")
+
+
+def links_sentence(best: Estimate, cluster: Cluster) -> str:
+    """Which link each parallel dimension crosses, e.g. ``TP=8 on NVLink (inside ...)``."""
+    parts = []
+    for dim in LINK_DIMS:
+        degree = getattr(best.layout, dim)
+        link = best.links.get(dim)
+        if degree <= 1 or link is None or link == "local":
+            continue
+        parts.append(f"{dim.upper()}={degree} on {link_name(link, cluster)} ({link_scope(link)})")
+    if not parts:
+        return ""
+    return "Links: " + "; ".join(parts) + "."
+
+
+def what_if_sentences(best: Estimate, what_ifs: list[WhatIf]) -> list[str]:
+    """One sentence per variant that changes the answer, then one for those that do not."""
+    lines, holds = [], []
+    for what in what_ifs:
+        if what.layout is None:
+            lines.append(f"What would change the answer: at {what.label} no layout works "
+                         f"({what.problem}).")
+        elif same_shape(what.layout, best.layout):
+            holds.append(what.label)
+        else:
+            time = f", {seconds(what.step_time_s)} per step" if what.step_time_s else ""
+            lines.append(f"What would change the answer: at {what.label}, "
+                         f"{shape_changes(best.layout, what.layout)} wins "
+                         f"({layout_text(what.layout)}{time}).")
+    if holds:
+        joined = holds[0] if len(holds) == 1 else ", ".join(holds[:-1]) + " and " + holds[-1]
+        lines.append(f"The answer holds at {joined}.")
+    return lines

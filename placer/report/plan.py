@@ -1,0 +1,109 @@
+"""The plan: inputs echoed, ranked candidates, the why; built once, written byte-for-byte stable.
+
+``make_plan`` runs the whole recommendation (search, the common default, the what-ifs, the
+explanation). ``plan_json`` is the one serialisation every output uses (``--json``, ``--emit``,
+the examples). Stability rules of the file (``placer schema plan`` documents its fields):
+
+- keys sorted, two-space indent; a list or object that fits in 100 columns sits on one line, and
+  so does each list item of up to 200 characters without nested lists (one rank-map entry,
+  one line);
+- no timestamps; ``search.wall_s`` is written as 0 because it varies run to run (the human output
+  prints the search time on stderr instead), so the same inputs give byte-identical files;
+- floats are written as Python's shortest round-trip repr.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from placer import __version__
+from placer.report.baseline import Baseline, common_default
+from placer.report.explain import explain
+from placer.report.whatif import WhatIf, what_ifs
+from placer.spec.cluster import Cluster
+from placer.spec.job import Job
+from placer.spec.model import Model
+from placer.spec.results import Candidate, Plan, SearchStats
+
+LINE_WIDTH = 100
+ITEM_WIDTH = 200
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The plan plus what the human output shows beside it (the common default's row)."""
+
+    plan: Plan
+    baseline: Baseline | None = None
+    what_ifs: list[WhatIf] = field(default_factory=list)
+
+
+def build_plan(model: Model, cluster: Cluster, job: Job, candidates: Sequence[Candidate], *,
+               stats: SearchStats | None = None, defaults_used: Sequence[str] = (),
+               explanation: Sequence[str] = ()) -> Plan:
+    """Assemble a Plan; candidates stay in the solver's order (best first)."""
+    return Plan(placer_version=__version__, model=model, cluster=cluster, job=job,
+                num_gpus=cluster.num_gpus, defaults_used=list(defaults_used),
+                candidates=list(candidates), explanation=list(explanation), search=stats)
+
+
+def make_plan(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5, profile: Any = None,
+              defaults_used: Sequence[str] = (), with_what_ifs: bool = True,
+              recommend_fn: Callable[..., Any] | None = None,
+              estimate_fn: Callable[..., Any] | None = None) -> Recommendation:
+    """Search, compare with the common default, try the what-ifs, and explain the winner.
+
+    Raises ``InfeasibleError`` (from the solver) when no layout fits.
+    """
+    if recommend_fn is None:
+        from placer.solver import recommend as recommend_fn
+    if estimate_fn is None:
+        from placer.cost import estimate as estimate_fn
+    result = recommend_fn(model, cluster, job, top_k=top_k, profile=profile)
+    candidates: list[Candidate] = list(result.candidates)
+    best = candidates[0]
+    baseline = common_default(model, cluster, job, best.layout.num_gpus, estimate_fn, profile)
+    variants = what_ifs(model, cluster, job, recommend_fn, profile) if with_what_ifs else []
+    explanation = explain(model, cluster, job, candidates, baseline, variants)
+    plan = build_plan(model, cluster, job, candidates, stats=result.stats,
+                      defaults_used=defaults_used, explanation=explanation)
+    return Recommendation(plan, baseline, variants)
+
+
+def plan_data(plan: Plan) -> dict[str, Any]:
+    """The plan as JSON data, with the run-to-run varying search time zeroed."""
+    data = plan.model_dump(mode="json")
+    if data.get("search") is not None:
+        data["search"]["wall_s"] = 0.0
+    return data
+
+
+def plan_json(plan: Plan) -> str:
+    """The stable text of a plan file (see the module docstring); ends with a newline."""
+    return _format(plan_data(plan), 0) + "\n"
+
+
+def _format(value: Any, indent: int, prefix: int = 0, item: bool = False) -> str:
+    """JSON with sorted keys; a container that fits in the line width stays on one line.
+
+    ``prefix`` is the width of what precedes the value on its line (``"key": ``); ``item`` says
+    the value is a list element, which may take up to ``ITEM_WIDTH`` if it holds no list.
+    """
+    flat = json.dumps(value, sort_keys=True, separators=(", ", ": "), allow_nan=False)
+    if not value or not isinstance(value, dict | list) or indent + prefix + len(flat) <= LINE_WIDTH:
+        return flat
+    if item and isinstance(value, dict) and len(flat) <= ITEM_WIDTH and "[" not in flat:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(value, list):
+        items = [pad + _format(element, indent + 2, item=True) for element in value]
+    else:
+        items = []
+        for key in sorted(value):
+            head = f"{json.dumps(key)}: "
+            items.append(pad + head + _format(value[key], indent + 2, len(head)))
+    opening, closing = ("[", "]") if isinstance(value, list) else ("{", "}")
+    return opening + "\n" + ",\n".join(items) + "\n" + " " * indent + closing

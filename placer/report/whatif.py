@@ -1,0 +1,66 @@
+"""What would change the answer: the best layout again at half and twice the batch, twice the nodes.
+
+Each variant is one cheap solver run (top 1). Which variants run depends only on the inputs (never
+on elapsed time), so the same inputs always give the same explanation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from placer.errors import PlacerError
+from placer.spec.cluster import Cluster
+from placer.spec.job import Job
+from placer.spec.layout import Layout
+from placer.spec.model import Model
+
+RecommendFn = Callable[..., Any]
+MAX_GPUS_FOR_MORE_NODES = 4096
+"""Twice the nodes is tried only up to this many GPUs after doubling, to keep the command fast."""
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One variant of the inputs and the best layout for it (or why none)."""
+
+    label: str
+    layout: Layout | None
+    step_time_s: float | None
+    problem: str = ""
+
+
+def variants(cluster: Cluster, job: Job) -> list[tuple[str, Cluster, Job]]:
+    """The variants worth a solver run, in the order the explanation lists them."""
+    out: list[tuple[str, Cluster, Job]] = []
+    gb = job.global_batch_size
+    out.append((f"twice the global batch ({2 * gb} sequences)", cluster,
+                _with_batch(job, 2 * gb)))
+    if gb % 2 == 0:
+        out.append((f"half the global batch ({gb // 2} sequences)", cluster,
+                    _with_batch(job, gb // 2)))
+    if len(cluster.pools) == 1 and 2 * cluster.num_gpus <= MAX_GPUS_FOR_MORE_NODES:
+        bigger = cluster.with_nodes(2 * cluster.num_nodes)
+        out.append((f"twice the nodes ({bigger.num_nodes} nodes, {bigger.num_gpus} GPUs)", bigger,
+                    job))
+    return out
+
+
+def _with_batch(job: Job, global_batch: int) -> Job:
+    return Job.model_validate({**job.model_dump(), "global_batch_size": global_batch})
+
+
+def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn,
+             profile: Any = None) -> list[WhatIf]:
+    """Solve each variant for its single best layout."""
+    results = []
+    for label, variant_cluster, variant_job in variants(cluster, job):
+        try:
+            found = recommend_fn(model, variant_cluster, variant_job, top_k=1, profile=profile)
+        except PlacerError as exc:
+            results.append(WhatIf(label, None, None, str(exc)))
+            continue
+        best = found.candidates[0]
+        results.append(WhatIf(label, best.layout, best.step_time_s))
+    return results
