@@ -129,7 +129,8 @@ def _reject_non_finite(data: Any, where: str) -> None:
 
 
 def _looks_like_path(ref: str) -> bool:
-    return Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or "/" in ref or Path(ref).exists()
+    suffix = Path(ref).suffix.lower()
+    return suffix in (".yaml", ".yml", ".json") or "/" in ref or Path(ref).exists()
 
 
 def load_model(ref: str) -> Model:
@@ -145,7 +146,10 @@ def load_model(ref: str) -> Model:
     from placer.spec.hf import is_hf_config, model_from_hf_config
 
     if is_hf_config(data):
-        return model_from_hf_config(data, default_name=path.parent.name or path.stem, source=ref)
+        # Hub checkouts hold <model>/config.json: name those after their folder, others after
+        # the file itself.
+        folder = path.resolve().parent.name if path.name == "config.json" else ""
+        return model_from_hf_config(data, default_name=folder or path.stem, source=ref)
     data.setdefault("name", path.stem)
     return validated(Model, data, str(path))
 
