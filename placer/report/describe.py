@@ -39,10 +39,10 @@ def gib(value_bytes: float) -> str:
 
 
 def seconds(value_s: float) -> str:
-    """A duration with three significant figures, in s or ms."""
-    if abs(value_s) >= 1:
-        return f"{value_s:.3g} s" if abs(value_s) < 100 else f"{value_s:.0f} s"
-    return f"{value_s * 1e3:.3g} ms"
+    """A duration with about three significant figures, in s or ms (``9.87 s``, ``512 ms``)."""
+    value, unit = (value_s, "s") if abs(value_s) >= 1 else (value_s * 1e3, "ms")
+    decimals = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+    return f"{value:.{decimals}f} {unit}"
 
 
 def count(value: float) -> str:

@@ -53,20 +53,28 @@ def build_plan(model: Model, cluster: Cluster, job: Job, candidates: Sequence[Ca
 def make_plan(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5, profile: Any = None,
               defaults_used: Sequence[str] = (), with_what_ifs: bool = True,
               recommend_fn: Callable[..., Any] | None = None,
-              estimate_fn: Callable[..., Any] | None = None) -> Recommendation:
+              estimate_fn: Callable[..., Any] | None = None,
+              progress: Callable[[str], None] | None = None) -> Recommendation:
     """Search, compare with the common default, try the what-ifs, and explain the winner.
 
-    Raises ``InfeasibleError`` (from the solver) when no layout fits.
+    ``progress`` hears what is being done (for a spinner). Raises ``InfeasibleError`` (from the
+    solver) when no layout fits.
     """
     if recommend_fn is None:
         from placer.solver import recommend as recommend_fn
     if estimate_fn is None:
         from placer.cost import estimate as estimate_fn
+    say = progress or (lambda _text: None)
+    say(f"searching layouts for {model.name} on {cluster.num_gpus} GPUs")
     result = recommend_fn(model, cluster, job, top_k=top_k, profile=profile)
     candidates: list[Candidate] = list(result.candidates)
     best = candidates[0]
+    say("estimating the common default")
     baseline = common_default(model, cluster, job, best.layout.num_gpus, estimate_fn, profile)
-    variants = what_ifs(model, cluster, job, recommend_fn, profile) if with_what_ifs else []
+    variants: list[WhatIf] = []
+    if with_what_ifs:
+        say("checking what would change the answer")
+        variants = what_ifs(model, cluster, job, recommend_fn, profile)
     explanation = explain(model, cluster, job, candidates, baseline, variants)
     plan = build_plan(model, cluster, job, candidates, stats=result.stats,
                       defaults_used=defaults_used, explanation=explanation)

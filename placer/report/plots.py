@@ -31,13 +31,19 @@ PART_COLOURS = {
 }
 
 
-def _pyplot() -> Any:
-    """matplotlib.pyplot on the file-only Agg backend, or a one-line error if not installed."""
+def require_matplotlib() -> Any:
+    """The matplotlib module, or a one-line error saying how to install it."""
     try:
         import matplotlib
     except ImportError:
         raise PlacerError("--plot needs matplotlib; install it with pip install 'placer[plot]'"
                           ) from None
+    return matplotlib
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend."""
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
@@ -88,10 +94,11 @@ def plot_rank_map(candidate: Candidate, cluster: Cluster, stem: Path, title: str
                 continue
             if entry is None:
                 reason = "failed" if gpu not in node.healthy_gpus else "unused"
-                ax.add_patch(Rectangle((x, y), cell_w * 0.95, cell_h * 0.9, facecolor="#dddddd",
-                                       edgecolor="#888888", hatch="xx"))
+                ax.add_patch(Rectangle((x, y), cell_w * 0.95, cell_h * 0.9, facecolor="#eeeeee",
+                                       edgecolor="#bbbbbb", hatch="//"))
                 ax.text(x + cell_w * 0.475, y + cell_h * 0.45, reason, ha="center", va="center",
-                        fontsize=7, color="#555555")
+                        fontsize=7, color="#b00000" if reason == "failed" else "#555555",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})
                 continue
             colour = cmap(groups[entry.rank] % cmap.N)
             ax.add_patch(Rectangle((x, y), cell_w * 0.95, cell_h * 0.9, facecolor=colour,

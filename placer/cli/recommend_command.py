@@ -1,0 +1,151 @@
+"""``placer recommend-layout``: the front door. Inputs in, ranked layouts with the why out.
+
+The command only wires things together: spec loaders and defaults, ``report.make_plan`` (solver,
+common default, what-ifs, explanation), then the outputs: the human report or ``--json`` on
+stdout, and ``--emit``/``--plot`` folders written all or nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from placer.report.defaults import resolve_job, resolve_nodes
+from placer.report.plan import Recommendation, make_plan, plan_json
+from placer.spec.presets import cluster_names, load_cluster, load_model
+
+DEFAULT_TOP_K = 5
+
+
+@dataclass(frozen=True)
+class RecommendArgs:
+    """Every input of the command, as parsed from its flags (the examples reuse this)."""
+
+    model: str
+    cluster: str
+    nodes: int | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    top_k: int = DEFAULT_TOP_K
+    constraints: tuple[str, ...] = ()
+    profile: Path | None = None
+
+
+def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommendation:
+    """Load the inputs, fill the defaults, and run the recommendation."""
+    from placer.report.progress import delayed_spinner
+
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster)
+    cluster, nodes_used = resolve_nodes(cluster, args.nodes,
+                                        is_preset=args.cluster in cluster_names())
+    job, job_used = resolve_job(model, seq_len=args.seq_len, global_batch=args.global_batch,
+                                constraints=args.constraints)
+    profile = None
+    if args.profile is not None:
+        from placer.spec.profile import load_link_profile
+
+        profile = load_link_profile(args.profile)
+    with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
+        return make_plan(model, cluster, job, top_k=args.top_k, profile=profile,
+                         defaults_used=[*nodes_used, *job_used], progress=progress)
+
+
+@click.command("recommend-layout")
+@click.option("--model", "model_ref", required=True, metavar="M",
+              help="model preset (see 'placer presets'), model YAML/JSON, or HF config.json")
+@click.option("--cluster", "cluster_ref", required=True, metavar="C",
+              help="cluster preset or cluster YAML/JSON file")
+@click.option("--nodes", type=click.IntRange(min=1), metavar="N",
+              help="scale a single-pool cluster to N nodes (default: its own size)")
+@click.option("--global-batch", type=click.IntRange(min=1), metavar="B",
+              help="sequences per step (default: the power of two nearest 4M tokens)")
+@click.option("--seq-len", type=click.IntRange(min=1), metavar="S",
+              help="tokens per sequence (default: the model's max, capped at 8192)")
+@click.option("--top", "top_k", type=click.IntRange(1, 50), default=DEFAULT_TOP_K,
+              show_default=True, metavar="K", help="how many layouts to rank")
+@click.option("--constraint", "constraints", multiple=True, metavar="EXPR",
+              help="degree rule, repeatable: 'tp<=4', 'pp in 2,4', 'zero>=1', 'recompute=full'")
+@click.option("--profile", type=click.Path(path_type=Path), metavar="FILE",
+              help="measured link profile (from 'placer calibrate') to use in the cost model")
+@click.option("--json", "as_json", is_flag=True,
+              help="print the whole plan as JSON (see 'placer schema plan') instead of tables")
+@click.option("--emit", "emit_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="write plan.json and the launch files of the best layout into DIR")
+@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="draw rankmap.png/svg and breakdown.png/svg into DIR (needs matplotlib)")
+@click.option("--script", default="train.py", show_default=True,
+              help="training script the emitted launch.sh runs")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
+              help="rendezvous port of the emitted launch files")
+@click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
+def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
+                             global_batch: int | None, seq_len: int | None, top_k: int,
+                             constraints: Sequence[str], profile: Path | None, as_json: bool,
+                             emit_dir: Path | None, plot_dir: Path | None, script: str,
+                             master_port: int, force: bool) -> None:
+    """Rank parallel layouts for a model on a cluster and explain the best one.
+
+    Example: placer recommend-layout --model llama3-70b --cluster dgx-h100 --nodes 8
+    """
+    if plot_dir is not None:
+        from placer.report.plots import require_matplotlib
+
+        require_matplotlib()
+    args = RecommendArgs(model=model_ref, cluster=cluster_ref, nodes=nodes,
+                         global_batch=global_batch, seq_len=seq_len, top_k=top_k,
+                         constraints=tuple(constraints), profile=profile)
+    started = time.perf_counter()
+    rec = recommend(args, progress_enabled=not as_json)
+    elapsed_s = time.perf_counter() - started
+    if emit_dir is not None or plot_dir is not None:
+        written = write_outputs(rec, emit_dir, plot_dir, script=script, master_port=master_port,
+                                force=force)
+    else:
+        written = []
+    if as_json:
+        click.echo(plan_json(rec.plan), nl=False)
+    else:
+        from placer.report.tables import render_text
+
+        click.echo(render_text(rec), nl=False)
+        click.echo(f"(searched in {elapsed_s:.1f} s)", err=True)
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
+
+
+def write_outputs(rec: Recommendation, emit_dir: Path | None, plot_dir: Path | None, *,
+                  script: str, master_port: int, force: bool) -> list[Path]:
+    """Produce --emit and --plot folders together, all or nothing."""
+    from placer.report.files import Producer, write_folders
+
+    jobs: list[tuple[Path, Producer]] = []
+    if emit_dir is not None:
+        def emit(stage: Path) -> list[Path]:
+            from placer.launch import write_launch_files
+
+            plan_path = stage / "plan.json"
+            plan_path.write_text(plan_json(rec.plan), encoding="utf-8")
+            launch = write_launch_files(rec.plan, 0, stage, script=script,
+                                        master_port=master_port, debug=False, force=True)
+            return [plan_path, *launch]
+
+        jobs.append((emit_dir, emit))
+    if plot_dir is not None:
+        def plot(stage: Path) -> list[Path]:
+            from placer.report.plots import plot_plan
+
+            extra = []
+            if rec.baseline is not None and rec.baseline.estimate is not None:
+                extra.append(("default", rec.baseline.estimate))
+            return plot_plan(rec.plan, stage, extra)
+
+        jobs.append((plot_dir, plot))
+    return write_folders(jobs, force=force)
+
+
+COMMANDS = [recommend_layout_command]
