@@ -1,0 +1,124 @@
+"""Read a torchtitan TOML job config (releases up to v0.2.x) into a ParsedConfig.
+
+torchtitan's mesh is ``(pp, dp_replicate, dp_shard, cp, tp)`` outermost first (conventions.md
+7.2), i.e. placer's order ``tp-cp-dp-pp`` with dp = dp_replicate x dp_shard. ``dp_shard = -1``
+takes the ranks the other degrees leave, so dp stays unset and is derived from the world size.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from placer.check.parsed import ParsedConfig
+from placer.errors import PlacerError
+from placer.mesh import parse_order
+from placer.spec.presets import model_names
+
+TORCHTITAN_ORDER = "tp-cp-dp-pp"
+_DEGREES = {
+    "tensor_parallel_degree": "tp",
+    "pipeline_parallel_degree": "pp",
+    "context_parallel_degree": "cp",
+    "expert_parallel_degree": "ep",
+    "expert_tensor_parallel_degree": "etp",
+}
+_RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
+
+
+def _load_toml(path: Path, text: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        raise PlacerError(f"{path}: reading TOML needs Python 3.11 or newer (tomllib)") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlacerError(f"{path}: invalid TOML: {exc}") from None
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """``section.key`` -> 1-based line of its assignment, for GitHub annotations."""
+    lines: dict[str, int] = {}
+    section = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[([^\[\]]+)\]", stripped)
+        if header:
+            section = header.group(1).strip()
+            continue
+        key = re.match(r"^([A-Za-z0-9_\-\"']+)\s*=", stripped)
+        if key:
+            lines.setdefault(f"{section}.{key.group(1).strip(chr(34) + chr(39))}", number)
+    return lines
+
+
+def _int(table: dict[str, Any], key: str, path: Path, default: int) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlacerError(f"{path}: {key} = {value!r} is not an integer")
+    return value
+
+
+def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
+    data = _load_toml(path, text)
+    where = key_lines(text)
+    parsed = ParsedConfig(path=str(path), kind="torchtitan", order=parse_order(TORCHTITAN_ORDER))
+    par = data.get("parallelism") or {}
+    training = data.get("training") or {}
+    if not isinstance(par, dict) or not isinstance(training, dict):
+        raise PlacerError(f"{path}: [parallelism] and [training] must be tables")
+    parsed.recognised = bool(par)
+    settings: dict[str, object] = {}
+    for key, name in _DEGREES.items():
+        value = _int(par, key, path, 1)
+        if value < 1:
+            raise PlacerError(f"{path}: parallelism.{key} = {value} must be at least 1")
+        settings[name] = value
+        if f"parallelism.{key}" in where:
+            parsed.lines[name] = where[f"parallelism.{key}"]
+    replicate = _int(par, "data_parallel_replicate_degree", path, 1)
+    shard = _int(par, "data_parallel_shard_degree", path, -1)
+    if replicate < 1 or (shard < 1 and shard != -1):
+        raise PlacerError(f"{path}: data-parallel degrees must be positive (shard may be -1)")
+    for key in ("data_parallel_shard_degree", "data_parallel_replicate_degree"):
+        if f"parallelism.{key}" in where:
+            parsed.lines.setdefault("dp", where[f"parallelism.{key}"])
+    if shard == -1:
+        settings["dp_replicate"] = replicate
+    else:
+        settings["dp"] = replicate * shard
+    # torchtitan applies FSDP (full shard, ZeRO-3 equivalent) whenever dp_shard is not 1.
+    settings["zero_stage"] = 0 if shard == 1 else 3
+    settings["sequence_parallel"] = settings["tp"] > 1 and bool(  # type: ignore[operator]
+        par.get("enable_sequence_parallel", True))
+    checkpoint = data.get("activation_checkpoint") or {}
+    mode = str(checkpoint.get("mode", "selective")).lower()
+    settings["recompute"] = _RECOMPUTE.get(mode, "selective")
+    local = training.get("local_batch_size", training.get("batch_size"))
+    if _positive(local):
+        settings["local_batch_size"] = local
+    micro = par.get("pipeline_parallel_microbatch_size", 1) if settings["pp"] != 1 else local
+    if _positive(micro):
+        settings["micro_batch_size"] = micro
+    parsed.settings = settings
+    seq_len = training.get("seq_len")
+    parsed.seq_len = seq_len if _positive(seq_len) else None
+    gbs = training.get("global_batch_size")
+    parsed.global_batch_size = gbs if _positive(gbs) else None
+    parsed.model_ref = _preset_for(data.get("model") or {})
+    if parsed.model_ref:
+        parsed.notes.append(f"model from [model] name/flavor: preset {parsed.model_ref}")
+    return parsed
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _preset_for(model: dict[str, Any]) -> str | None:
+    """torchtitan's ``[model] name = "llama3", flavor = "8B"`` as a placer preset, if one."""
+    name, flavor = str(model.get("name", "")).lower(), str(model.get("flavor", "")).lower()
+    candidate = f"{name}-{flavor}"
+    return candidate if name and flavor and candidate in model_names() else None

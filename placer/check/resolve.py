@@ -1,0 +1,409 @@
+"""Turn a parsed config into a placed layout on a sized cluster, and run every rule on it.
+
+Order of decisions (each documented in the notes of the config's summary):
+- cluster: the one a plan or layout file names, else ``--cluster``;
+- world size: the config's (torchrun flags, WORLD_SIZE, DeepSpeed batch arithmetic, a plan's
+  num_gpus), else ``--nodes`` x processes per node, else the cluster's GPU count; a single-pool
+  cluster is resized to the nodes the world size needs;
+- dp: what tp*pp*cp leave of the world size when the config does not set it;
+- model: ``--model``, else the one the config describes;
+- placement: rank r on torchrun's slot r (nodes in order, contiguous blocks), or a plan's rank map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.check.findings import ConfigSummary, Finding
+from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
+from placer.check.rules import Placed, finding, group_findings, span
+from placer.cost.memory import memory_estimate
+from placer.errors import PlacerError
+from placer.mesh import DENSE_DIMS, MeshGrid, order_text
+from placer.spec.cluster import Cluster
+from placer.spec.job import Job
+from placer.spec.layout import Layout, layout_problem
+from placer.spec.model import Model
+from placer.spec.presets import load_model, validated
+from placer.topology import ClusterTopology, topology_of
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What the command line adds to every config (each may be None)."""
+
+    cluster: Cluster | None = None
+    model: Model | None = None
+    nodes: int | None = None
+    seq_len: int | None = None
+
+
+class _Stop(Exception):
+    """A finding after which the config cannot be placed (raised inside this module only)."""
+
+    def __init__(self, item: Finding) -> None:
+        super().__init__(item.message)
+        self.finding = item
+
+
+@dataclass
+class _Context:
+    parsed: ParsedConfig
+    cluster: Cluster
+    world: int
+    per_node: int
+    model: Model | None
+    notes: list[str]
+    seq_len_option: int | None = None
+
+    def stop(self, rule_id: str, message: str, *keys: str) -> _Stop:
+        return _Stop(finding(rule_id, message, self.parsed.path, self.parsed.line_of(*keys)))
+
+
+def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSummary,
+                                                                          list[Finding]]:
+    """Summary and findings of one parsed config (PlacerError for unusable command-line input)."""
+    summary = ConfigSummary(file=parsed.path, kind=parsed.kind, notes=list(parsed.notes))
+    if not parsed.recognised:
+        return summary, [finding("no-parallel-settings",
+                                 f"no {parsed.kind} parallel settings found; nothing checked",
+                                 parsed.path)]
+    findings = [finding(rule, message, parsed.path, parsed.line_of(key))
+                for rule, key, message in parsed.problems]
+    notes = summary.notes
+    try:
+        ctx = _context(parsed, options, notes)
+        summary.cluster = f"{ctx.cluster.name} x {ctx.cluster.num_nodes} nodes"
+        summary.num_gpus = ctx.world
+        summary.model = ctx.model.name if ctx.model else None
+        if parsed.kind == "plan":
+            notes.append(f"{len(parsed.candidates)} plan candidates checked")
+            for candidate in parsed.candidates:
+                layout = validated(Layout, candidate.settings, parsed.path)
+                if candidate.index == 0:
+                    summary.layout, summary.order = layout.compact(), order_text(candidate.order)
+                findings += _check_candidate(ctx, layout, candidate)
+        else:
+            layout, early = _layout(ctx)
+            findings += early
+            summary.layout, summary.order = layout.compact(), order_text(parsed.order)
+            findings += _check_layout(ctx, layout, None, bool(early))
+    except _Stop as stop:
+        findings.append(stop.finding)
+    return summary, findings
+
+
+# ----- cluster, world size, model ------------------------------------------------------------
+
+
+def _gpus_per_node(cluster: Cluster) -> int | None:
+    """GPUs per node when every node is alike (the only case torchrun's blocks are even)."""
+    return cluster.node_types[0].gpus_per_node if cluster.is_regular else None
+
+
+def _context(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> _Context:
+    cluster = parsed.cluster if parsed.cluster is not None else options.cluster
+    if cluster is None:
+        raise PlacerError(f"{parsed.path}: pass --cluster (a preset or a cluster file); this "
+                          f"{parsed.kind} config does not name one")
+    if parsed.cluster is not None and options.cluster is not None:
+        notes.append(f"checked on the file's own cluster {parsed.cluster.name}; --cluster "
+                     "applies to configs that name none")
+    model = _model(parsed, options, notes)
+    gpn = _gpus_per_node(cluster)
+    per_node = parsed.nproc_per_node or gpn
+    if parsed.world_size is not None:
+        world = parsed.world_size
+        if options.nodes is not None and per_node and options.nodes * per_node != world:
+            notes.append(f"the config runs {world} ranks; --nodes {options.nodes} ignored")
+    elif options.nodes is not None and per_node:
+        world = options.nodes * per_node
+    else:
+        world = cluster.num_gpus
+        if parsed.kind != "plan":
+            notes.append(f"world size not in the config: using {world} GPUs of {cluster.name} "
+                         "(pass --nodes to change)")
+    ctx = _Context(parsed, cluster, world, per_node or 0, model, notes, options.seq_len)
+    ctx.cluster = _sized_cluster(ctx, gpn)
+    return ctx
+
+
+def _sized_cluster(ctx: _Context, gpn: int | None) -> Cluster:
+    cluster, world = ctx.cluster, ctx.world
+    if gpn is None or ctx.parsed.kind == "plan":
+        if cluster.num_gpus != world:
+            raise ctx.stop("degrees-cluster", f"the config runs {world} ranks but cluster "
+                           f"{cluster.name} has {cluster.num_gpus} healthy GPUs", "world")
+        ctx.per_node = 0
+        return cluster
+    if ctx.per_node > gpn:
+        raise ctx.stop("degrees-cluster", f"the launch starts {ctx.per_node} processes per node "
+                       f"but {cluster.node_types[0].name} nodes have {gpn} GPUs", "nproc_per_node")
+    if world % ctx.per_node:
+        raise ctx.stop("degrees-cluster", f"world size {world} is not a whole number of "
+                       f"{ctx.per_node}-GPU nodes", "world")
+    nodes = world // ctx.per_node
+    if nodes == cluster.num_nodes:
+        return cluster
+    if len(cluster.pools) != 1:
+        raise ctx.stop("degrees-cluster", f"the config needs {nodes} nodes but cluster "
+                       f"{cluster.name} has {cluster.num_nodes} in several pools", "world")
+    return cluster.with_nodes(nodes)
+
+
+def _model(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> Model | None:
+    if options.model is not None:
+        if parsed.model is not None and parsed.model != options.model:
+            notes.append(f"--model {options.model.name} used instead of the model in the file")
+        return options.model
+    if parsed.model is not None:
+        return parsed.model
+    if parsed.model_ref is not None:
+        return load_model(parsed.model_ref)
+    notes.append("no model: model divisibility and memory not checked (pass --model)")
+    return None
+
+
+# ----- layout and job ------------------------------------------------------------------------
+
+
+def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
+    """The config's layout with dp (and Megatron's vpp) derived; stops if it cannot exist."""
+    settings = dict(ctx.parsed.settings)
+    layers_per_virtual_stage = settings.pop("layers_per_virtual_stage", None)
+    replicate = settings.pop("dp_replicate", None)
+    settings.pop("local_batch_size", None)
+    tp, pp, cp = (int(settings.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
+    inner = tp * pp * cp
+    if "dp" not in settings:
+        if ctx.world % inner:
+            raise ctx.stop("degrees-cluster", f"tp*pp*cp = {tp}*{pp}*{cp} = {inner} does not "
+                           f"divide the {ctx.world} GPUs", "tp", "pp", "cp")
+        settings["dp"] = ctx.world // inner
+        if isinstance(replicate, int) and int(settings["dp"]) % replicate:  # type: ignore[call-overload]
+            raise ctx.stop("degrees-cluster", f"data_parallel_replicate_degree={replicate} does "
+                           f"not divide the data-parallel size {settings['dp']}", "dp")
+    elif inner * int(settings["dp"]) != ctx.world:  # type: ignore[call-overload]
+        product = inner * int(settings["dp"])  # type: ignore[call-overload]
+        raise ctx.stop("degrees-cluster", f"tp*pp*dp*cp = {product} but the job runs "
+                       f"{ctx.world} ranks", "dp", "tp")
+    early: list[Finding] = []
+    if isinstance(layers_per_virtual_stage, int):
+        vpp, problem = _virtual_stages(ctx.model, pp, layers_per_virtual_stage)
+        settings["vpp"] = vpp
+        if problem:
+            early.append(finding("degrees-model", problem, ctx.parsed.path,
+                                 ctx.parsed.line_of("layers_per_virtual_stage")))
+        elif ctx.model is None:
+            ctx.notes.append("virtual stages unknown without the model's layer count")
+    zero = int(settings.get("zero_stage", 0))  # type: ignore[call-overload]
+    if zero and int(settings["dp"]) * cp == 1:  # type: ignore[call-overload]
+        # A distributed optimizer / FSDP over one data-parallel rank runs and shards nothing.
+        settings["zero_stage"] = 0
+        ctx.notes.append(f"ZeRO stage {zero} over dp*cp = 1 shards nothing: checked as stage 0")
+    values = {k: settings[k] for k in LAYOUT_KEYS if k in settings}
+    return validated(Layout, values, ctx.parsed.path), early
+
+
+def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, str | None]:
+    """Megatron's vpp from --num-layers-per-virtual-pipeline-stage (conventions.md 6.3)."""
+    if model is None:
+        return 1, None
+    per_rank, rest = divmod(model.num_layers, pp)
+    if rest or per_rank % per_stage:
+        return 1, (f"--num-layers-per-virtual-pipeline-stage {per_stage} must divide "
+                   f"num_layers/pp = {model.num_layers}/{pp}")
+    return max(1, per_rank // per_stage), None
+
+
+def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
+    """The job the checks assume, and whether its sequence length is known."""
+    parsed = ctx.parsed
+    if parsed.job is not None:
+        return parsed.job, True
+    seq_len = parsed.seq_len or ctx.seq_len_option
+    gbs = parsed.global_batch_size
+    if gbs is None:
+        local = parsed.settings.get("local_batch_size", layout.micro_batch_size)
+        gbs = layout.dp * int(local)  # type: ignore[call-overload]
+        ctx.notes.append(f"global batch not set: assumed data-parallel size x local batch = {gbs}"
+                         " (the frameworks' default)")
+    if seq_len is None:
+        # Any multiple of 2*cp*tp passes the sequence checks: they are skipped, not guessed.
+        seq_len = 2 * layout.cp * layout.tp * 1024
+        ctx.notes.append("sequence length unknown: sequence checks and memory skipped "
+                         "(pass --seq-len)")
+        known = False
+    else:
+        known = True
+    return Job(seq_len=seq_len, global_batch_size=gbs), known
+
+
+# ----- rules over one layout -----------------------------------------------------------------
+
+
+_FIELD_KEYS = {"layout.micro_batch_size": ("micro_batch_size", "global_batch_size"),
+               "layout.zero_stage": ("zero_stage",), "layout.sequence_parallel":
+               ("sequence_parallel",)}
+
+
+def _check_layout(ctx: _Context, layout: Layout, candidate: PlanCandidate | None,
+                  degree_problem: bool, placed: Placed | None = None) -> list[Finding]:
+    """Degree, group and memory rules of one layout on the context's cluster."""
+    findings: list[Finding] = []
+    job, seq_known = _job(ctx, layout)
+    index = candidate.index if candidate else None
+    if ctx.model is not None:
+        problem = layout_problem(layout, ctx.model, job, ctx.world)
+        if problem is not None:
+            field, value, fix = problem
+            rule = "degrees-cluster" if field == "layout" else "degrees-model"
+            key = field.removeprefix("layout.")
+            findings.append(finding(
+                rule, f"{key} = {value}: {fix} (model {ctx.model.name})", ctx.parsed.path,
+                ctx.parsed.line_of(*_FIELD_KEYS.get(field, (key,))), candidate=index))
+            degree_problem = True
+    if (layout.tp * layout.cp * layout.dp) % (layout.ep * layout.etp):
+        # No expert grid exists; with a model, layout_problem has already said why.
+        if ctx.model is None:
+            findings.append(finding(
+                "degrees-cluster", f"ep*etp = {layout.ep * layout.etp} does not divide "
+                f"tp*cp*dp = {layout.tp * layout.cp * layout.dp}", ctx.parsed.path,
+                ctx.parsed.line_of("ep", "etp"), candidate=index))
+        return findings
+    grid = MeshGrid(layout, candidate.order if candidate else ctx.parsed.order)
+    if placed is None:
+        placed = _natural(ctx, grid)
+    findings += group_findings(placed)
+    if ctx.model is not None and not degree_problem and seq_known:
+        findings += _memory(ctx, layout, job, index)
+    return findings
+
+
+def _topology(ctx: _Context) -> ClusterTopology:
+    return topology_of(ctx.cluster)
+
+
+def _natural(ctx: _Context, grid: MeshGrid) -> Placed:
+    """Rank r = logical index r, on the GPU torchrun gives rank r."""
+    topo = _topology(ctx)
+    size = grid.size
+    if ctx.per_node and ctx.per_node != _gpus_per_node(ctx.cluster):
+        slots = tuple(topo.slot_of(r // ctx.per_node, r % ctx.per_node) for r in range(size))
+        ctx.notes.append(f"{ctx.per_node} processes per node: rank r on GPU r mod "
+                         f"{ctx.per_node} of node r div {ctx.per_node}")
+    else:
+        slots = tuple(range(size))
+    return Placed(grid=grid, rank_of=tuple(range(size)), slot_of=slots, topology=topo,
+                  file=ctx.parsed.path, lines=ctx.parsed.lines)
+
+
+def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[Finding]:
+    assert ctx.model is not None
+    memory = memory_estimate(ctx.model, ctx.cluster, job, layout)
+    if memory.total_bytes <= memory.capacity_bytes:
+        return []
+    parts = {"weights": memory.weights_bytes, "gradients": memory.gradients_bytes,
+             "optimizer": memory.optimizer_bytes, "activations": memory.activations_bytes}
+    biggest = ", ".join(f"{name} {value / GB:.1f}" for name, value in
+                        sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+    gpu = ctx.cluster.node_types[0].gpu.name
+    return [finding(
+        "memory-over-capacity",
+        f"predicted peak {memory.total_bytes / GB:.1f} GB per GPU (pipeline stage "
+        f"{memory.worst_stage}: {biggest} GB) exceeds the {memory.capacity_bytes / GB:.1f} GB "
+        f"usable on {gpu} for {ctx.model.name} at seq_len={job.seq_len}, micro batch "
+        f"{layout.micro_batch_size}; shard more (zero, tp, pp) or recompute",
+        ctx.parsed.path, ctx.parsed.line_of("micro_batch_size", "tp", "seq_len"),
+        candidate=index)]
+
+
+# ----- plans: explicit rank maps -------------------------------------------------------------
+
+
+def _check_candidate(ctx: _Context, layout: Layout, candidate: PlanCandidate) -> list[Finding]:
+    findings: list[Finding] = []
+    topo = _topology(ctx)
+    grid = MeshGrid(layout, candidate.order)
+    placed, problem = _placed_from_rank_map(ctx, grid, candidate, topo)
+    if problem is not None:
+        return [problem]
+    findings += _torchrun_agreement(ctx, candidate, topo)
+    assert placed is not None
+    job = ctx.parsed.job
+    placed = Placed(grid=placed.grid, rank_of=placed.rank_of, slot_of=placed.slot_of,
+                    topology=topo, file=ctx.parsed.path, lines=ctx.parsed.lines,
+                    candidate=candidate.index,
+                    allow_tp_outside_nvlink=bool(job and job.allow_tp_outside_nvlink))
+    findings += _check_layout(ctx, layout, candidate, False, placed)
+    return findings
+
+
+def _placed_from_rank_map(ctx: _Context, grid: MeshGrid, candidate: PlanCandidate,
+                          topo: ClusterTopology) -> tuple[Placed | None, Finding | None]:
+    """Logical index -> (rank, slot) from the map's coords and GPUs, or the first defect."""
+
+    def invalid(message: str) -> tuple[None, Finding]:
+        return None, finding("rank-map-invalid", message, ctx.parsed.path,
+                             candidate=candidate.index)
+
+    entries = sorted(candidate.rank_map, key=lambda e: e.rank)
+    if [e.rank for e in entries] != list(range(grid.size)):
+        return invalid(f"the rank map must list ranks 0..{grid.size - 1} once each for "
+                       f"{grid.layout.compact()} ({len(entries)} entries)")
+    rank_of = [-1] * grid.size
+    slot_of = [-1] * grid.size
+    used: dict[int, int] = {}
+    for entry in entries:
+        try:
+            slot = topo.slot_of(entry.node, entry.gpu)
+        except (ValueError, IndexError):
+            return invalid(f"rank {entry.rank} is on node {entry.node} GPU {entry.gpu}, which "
+                           f"cluster {ctx.cluster.name} does not have healthy")
+        if slot in used:
+            return invalid(f"ranks {used[slot]} and {entry.rank} are both on node {entry.node} "
+                           f"GPU {entry.gpu}")
+        used[slot] = entry.rank
+        coords = {}
+        for dim in DENSE_DIMS:
+            size = grid.sizes[dim]
+            value = entry.coords.get(dim, 0 if size == 1 else None)
+            if value is None or not 0 <= value < size:
+                return invalid(f"rank {entry.rank} has {dim} coordinate {value!r}; the layout "
+                               f"needs 0..{size - 1}")
+            coords[dim] = value
+        index = grid.logical_index(coords)
+        if rank_of[index] >= 0:
+            return invalid(f"ranks {rank_of[index]} and {entry.rank} have the same coordinates "
+                           f"{coords}")
+        rank_of[index], slot_of[index] = entry.rank, slot
+    return Placed(grid=grid, rank_of=tuple(rank_of), slot_of=tuple(slot_of), topology=topo,
+                  file=ctx.parsed.path, lines=ctx.parsed.lines), None
+
+
+def _torchrun_agreement(ctx: _Context, candidate: PlanCandidate,
+                        topo: ClusterTopology) -> list[Finding]:
+    """torchrun gives rank r the r-th healthy GPU slot: node-major, contiguous per node."""
+    wrong = []
+    for entry in sorted(candidate.rank_map, key=lambda e: e.rank):
+        node = topo.node_of(entry.rank)
+        local = entry.rank - topo.first_slot_of(node)
+        if (entry.node, entry.local_rank) != (node, local):
+            wrong.append((entry, node, local))
+    if not wrong:
+        return []
+    entry, node, local = wrong[0]
+    more = f" (and {len(wrong) - 1} more ranks)" if len(wrong) > 1 else ""
+    return [finding(
+        "rank-map-torchrun",
+        f"rank {entry.rank} is mapped to node {entry.node} local rank {entry.local_rank}, but "
+        f"torchrun starts rank {entry.rank} on node {node} local rank {local}: the groups that "
+        f"run would not be the ones planned{more}",
+        ctx.parsed.path, candidate=candidate.index,
+        ranks=sorted(e.rank for e, _, _ in wrong)[:64],
+        nodes=sorted({e.node for e, _, _ in wrong} | {n for _, n, _ in wrong}))]
+
+
+__all__ = ["CheckOptions", "check_config", "span"]
