@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from placer.launch.scripts import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT
 from placer.report.defaults import resolve_job, resolve_nodes
 from placer.report.plan import Recommendation, make_plan, plan_json
 from placer.spec.presets import cluster_names, load_cluster, load_model
@@ -78,16 +79,17 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
               help="write plan.json and the launch files of the best layout into DIR")
 @click.option("--plot", "plot_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="draw rankmap.png/svg and breakdown.png/svg into DIR (needs matplotlib)")
-@click.option("--script", default="train.py", show_default=True,
+@click.option("--script", default=DEFAULT_SCRIPT, show_default=True,
               help="training script the emitted launch.sh runs")
-@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
-              help="rendezvous port of the emitted launch files")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=DEFAULT_MASTER_PORT,
+              show_default=True, help="rendezvous port of the emitted launch files")
+@click.option("--debug", is_flag=True, help="add NCCL/torch debugging variables to emitted env.sh")
 @click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
 def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
                              global_batch: int | None, seq_len: int | None, top_k: int,
                              constraints: Sequence[str], profile: Path | None, as_json: bool,
                              emit_dir: Path | None, plot_dir: Path | None, script: str,
-                             master_port: int, force: bool) -> None:
+                             master_port: int, debug: bool, force: bool) -> None:
     """Rank parallel layouts for a model on a cluster and explain the best one.
 
     Example: placer recommend-layout --model llama3-70b --cluster dgx-h100 --nodes 8
@@ -104,7 +106,7 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
     elapsed_s = time.perf_counter() - started
     if emit_dir is not None or plot_dir is not None:
         written = write_outputs(rec, emit_dir, plot_dir, script=script, master_port=master_port,
-                                force=force)
+                                debug=debug, force=force)
     else:
         written = []
     if as_json:
@@ -119,7 +121,8 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
 
 
 def write_outputs(rec: Recommendation, emit_dir: Path | None, plot_dir: Path | None, *,
-                  script: str, master_port: int, force: bool) -> list[Path]:
+                  script: str = DEFAULT_SCRIPT, master_port: int = DEFAULT_MASTER_PORT,
+                  debug: bool = False, force: bool = False) -> list[Path]:
     """Produce --emit and --plot folders together, all or nothing."""
     from placer.report.files import Producer, write_folders
 
@@ -131,21 +134,27 @@ def write_outputs(rec: Recommendation, emit_dir: Path | None, plot_dir: Path | N
             plan_path = stage / "plan.json"
             plan_path.write_text(plan_json(rec.plan), encoding="utf-8")
             launch = write_launch_files(rec.plan, 0, stage, script=script,
-                                        master_port=master_port, debug=False, force=True)
+                                        master_port=master_port, debug=debug, force=True)
             return [plan_path, *launch]
 
         jobs.append((emit_dir, emit))
     if plot_dir is not None:
         def plot(stage: Path) -> list[Path]:
-            from placer.report.plots import plot_plan
+            from placer.report.plots import plot_recommendation
 
-            extra = []
-            if rec.baseline is not None and rec.baseline.estimate is not None:
-                extra.append(("default", rec.baseline.estimate))
-            return plot_plan(rec.plan, stage, extra)
+            return plot_recommendation(rec, stage)
 
         jobs.append((plot_dir, plot))
     return write_folders(jobs, force=force)
+
+
+def args_from_argv(argv: Sequence[str]) -> RecommendArgs:
+    """Parse the command's flags exactly as the command would (used by examples/regenerate.py)."""
+    with recommend_layout_command.make_context("recommend-layout", list(argv)) as ctx:
+        p = ctx.params
+    return RecommendArgs(model=p["model_ref"], cluster=p["cluster_ref"], nodes=p["nodes"],
+                         global_batch=p["global_batch"], seq_len=p["seq_len"], top_k=p["top_k"],
+                         constraints=tuple(p["constraints"]), profile=p["profile"])
 
 
 COMMANDS = [recommend_layout_command]

@@ -3,9 +3,9 @@
 Rule (what Megatron-LM and NeMo recipes do by hand): TP = the largest valid degree up to 8 that
 stays inside one NVLink domain; PP = the smallest degree that fits in memory; DP for the rest;
 micro-batch 1, ZeRO-1 (distributed optimizer) when DP > 1, selective recompute, sequence
-parallelism with TP; no CP; for MoE models EP = gcd(experts, DP) (experts spread over the
-data-parallel ranks). The user's --constraint flags do not apply: the yardstick is what a team
-would run without thinking about them.
+parallelism with TP; no CP; for MoE models EP = gcd(experts, TP x DP), experts spread as widely
+as Megatron-Core's expert grid allows (Mixtral recipes run EP=8). The user's --constraint flags
+do not apply: the yardstick is what a team would run without thinking about them.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def common_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
     tightest: Estimate | None = None
     for pp in _divisors(num_gpus // tp):
         dp = num_gpus // (tp * pp)
-        ep = math.gcd(model.moe.num_experts, dp) if model.moe else 1
+        ep = math.gcd(model.moe.num_experts, tp * dp) if model.moe else 1
         layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, micro_batch_size=1,
                         zero_stage=1 if dp > 1 else 0, recompute="selective",
                         sequence_parallel=tp > 1)

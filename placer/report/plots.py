@@ -15,6 +15,7 @@ from typing import Any
 
 from placer.errors import PlacerError
 from placer.report.describe import BREAKDOWN_LABELS
+from placer.report.plan import Recommendation
 from placer.spec.cluster import Cluster
 from placer.spec.results import Candidate, Estimate, Plan
 
@@ -190,6 +191,14 @@ def _short(e: Estimate) -> str:
     if lay.ep > 1:
         text += f" EP{lay.ep}"
     return text + f"\nmbs{lay.micro_batch_size} ZeRO-{lay.zero_stage}\n{lay.recompute} recompute"
+
+
+def plot_recommendation(rec: Recommendation, out_dir: Path) -> list[Path]:
+    """``plot_plan`` with the common default as an extra bar (what --plot draws)."""
+    extra = []
+    if rec.baseline is not None and rec.baseline.estimate is not None:
+        extra.append(("default", rec.baseline.estimate))
+    return plot_plan(rec.plan, out_dir, extra)
 
 
 def plot_plan(plan: Plan, out_dir: Path, extra: Sequence[tuple[str, Estimate]] = ()) -> list[Path]:
