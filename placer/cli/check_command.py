@@ -1,0 +1,56 @@
+"""``placer check``: the CI gate that keeps TP inside a node (and the other layout rules)."""
+
+from __future__ import annotations
+
+import click
+
+from placer.check import FORMATS, RULES, CheckOptions, check_paths, render
+from placer.spec.presets import load_cluster, load_model
+
+_EPILOG = """\b
+CONFIG: Megatron-LM launch script or argument list (any other extension), torchtitan
+TOML (.toml), DeepSpeed JSON (with --model), placer plan (plan.json) or layout file
+(YAML/JSON with a `layout` key). Exit codes: 0 clean, 1 findings at or above --fail-on,
+2 unreadable input. Rules: placer check --list-rules.
+"""
+
+
+@click.command("check", epilog=_EPILOG)
+@click.argument("configs", nargs=-1, metavar="CONFIG...")
+@click.option("--cluster", "cluster_ref", metavar="C",
+              help="cluster preset or file, for configs that do not name one")
+@click.option("--model", "model_ref", metavar="M",
+              help="model preset, model file or HF config.json (else from the config)")
+@click.option("--nodes", type=click.IntRange(min=1),
+              help="nodes, for configs that do not set their world size")
+@click.option("--seq-len", type=click.IntRange(min=1),
+              help="sequence length, for configs that do not set one")
+@click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error",
+              show_default=True, help="lowest severity that makes the exit code 1")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="github: Actions annotations on the offending line; json: for other CI")
+@click.option("--list-rules", is_flag=True, help="print every rule id, severity and meaning")
+def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: str | None,
+                  nodes: int | None, seq_len: int | None, fail_on: str, fmt: str,
+                  list_rules: bool) -> int:
+    """Check parallel configs against a cluster: TP inside NVLink, EP/CP/PP placement,
+    degrees, memory and rank maps."""
+    if list_rules:
+        for rule in RULES.values():
+            click.echo(f"{rule.id:<22} {rule.severity:<8} {rule.summary}")
+        return 0
+    if not configs:
+        raise click.UsageError("give at least one CONFIG")
+    options = CheckOptions(
+        cluster=load_cluster(cluster_ref) if cluster_ref else None,
+        model=load_model(model_ref) if model_ref else None,
+        nodes=nodes, seq_len=seq_len)
+    report = check_paths(configs, options, fail_on)
+    if fmt == "text":
+        for problem in report.problems:
+            click.echo(f"error: {problem.message}", err=True)
+    click.echo(render(report, fmt))
+    return report.exit_code
+
+
+COMMANDS = [check_command]
