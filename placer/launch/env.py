@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from placer.launch.rankmap import Placement
-from placer.launch.shell import checked, comment_block, quote
+from placer.launch.shell import checked, comment_block, quote, single_quoted
 from placer.spec import GPU, Layout, NodeType
 
 # NCCL's algorithm names for the algorithms placer's cost model reports (conventions.md 3,
@@ -159,7 +159,7 @@ def _render(lines: list[EnvLine], indent: str = "") -> list[str]:
         else:
             checked(line.name, "env", "variable name")
             out += comment_block([line.why], width)
-            out.append(f"export {line.name}={quote(line.value)}")
+            out.append(f"export {line.name}={single_quoted(line.value)}")
     return [indent + text for text in out]
 
 

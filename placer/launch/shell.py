@@ -64,9 +64,14 @@ def bash_array(values: Iterable[str | int]) -> str:
     def element(value: str | int) -> str:
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
-        return "'" + value.replace("'", "'\"'\"'") + "'"
+        return single_quoted(value)
 
     return "(" + " ".join(element(v) for v in values) + ")"
+
+
+def single_quoted(value: str) -> str:
+    """Always single-quote (``shlex.quote`` leaves ``=a,b`` bare, which shellcheck flags)."""
+    return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
 def comment_block(lines: Iterable[str], width: int = 98) -> list[str]:
