@@ -1,0 +1,198 @@
+"""Megatron, torchtitan and DeepSpeed outputs, checked against the frameworks' documented keys.
+
+tests/fixtures/launch_framework_keys.json lists the documented flags and keys with their
+sources; the Megatron array is parsed by an argparse parser built from that list (so an unknown
+flag or a missing value fails), after bash has expanded it from the generated file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_launch import (
+    JOB,
+    candidate,
+    mixed_cluster,
+    plan,
+    plan_2x2_tp_intra,
+    plan_2x4_moe_remapped,
+    small_cluster,
+)
+
+from placer.launch import launch_files
+from placer.spec import Job, Layout, Plan
+from placer.spec.presets import model_preset
+
+# Python 3.11+ standard library; placer supports 3.10, where these TOML checks are skipped.
+tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+KEYS = json.loads((Path(__file__).parent / "fixtures" / "launch_framework_keys.json").read_text())
+
+
+def _files(p: Plan) -> dict[str, str]:
+    return {f.name: f.text for f in launch_files(p)}
+
+
+def _unwrapped(text: str) -> str:
+    """Comment lines joined into one line, so assertions do not depend on wrapping."""
+    return " ".join(line.lstrip("#").strip() for line in text.splitlines()
+                    if line.startswith("#"))
+
+
+def _megatron(p: Plan, tmp_path: Path) -> tuple[argparse.Namespace, str]:
+    text = _files(p)["megatron_args.sh"]
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(text)
+    done = subprocess.run(["bash", "-c", f'source {path}; printf "%s\\0" "${{MEGATRON_ARGS[@]}}"'],
+                          capture_output=True, text=True, check=True, timeout=30)
+    argv = done.stdout.split("\0")[:-1]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    for flag, kind in KEYS["megatron"]["flags"].items():
+        if kind == "flag":
+            parser.add_argument(flag, action="store_true")
+        elif kind == "int":
+            parser.add_argument(flag, type=int)
+        else:
+            parser.add_argument(flag, choices=kind)
+    namespace, unknown = parser.parse_known_args(argv)
+    assert unknown == [], f"undocumented Megatron arguments: {unknown}"
+    assert len(argv) == len(set(a for a in argv if a.startswith("--"))) + sum(
+        1 for a in argv if not a.startswith("--"))  # each flag once
+    return namespace, text
+
+
+def _plan(layout: Layout, order: tuple[str, ...] = ("tp", "cp", "dp", "pp"),
+          job: Job = JOB, model: str = "llama3-8b", nodes: int = 2, gpus: int = 8) -> Plan:
+    m, cluster = model_preset(model), small_cluster(nodes, gpus)
+    return plan(m, cluster, [candidate(m, cluster, job, layout, order=order)], job=job)
+
+
+def test_megatron_remapped_moe_plan(tmp_path: Path) -> None:
+    args, text = _megatron(plan_2x4_moe_remapped(), tmp_path)
+    assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+            args.context_parallel_size) == (2, 1, 2)
+    assert (args.num_experts, args.expert_model_parallel_size,
+            args.expert_tensor_parallel_size) == (8, 2, 1)
+    assert args.sequence_parallel and args.use_distributed_optimizer and args.bf16
+    assert (args.micro_batch_size, args.global_batch_size, args.seq_length) == (1, 64, 4096)
+    assert not args.use_tp_pp_dp_mapping and not args.use_megatron_fsdp
+    assert args.recompute_granularity is None
+    assert "Megatron-LM cannot express this rank map" in _unwrapped(text)
+
+
+def test_megatron_tp_pp_dp_order_fsdp_and_full_recompute(tmp_path: Path) -> None:
+    model, cluster = model_preset("llama3-8b"), mixed_cluster()
+    layout = Layout(tp=4, pp=2, dp=2, vpp=2, zero_stage=3, recompute="full",
+                    sequence_parallel=True)
+    p = plan(model, cluster, [candidate(model, cluster, JOB, layout,
+                                        order=("tp", "cp", "pp", "dp"))])
+    args, text = _megatron(p, tmp_path)
+    assert args.use_tp_pp_dp_mapping
+    assert args.num_virtual_stages_per_pipeline_rank == 2
+    assert args.use_megatron_fsdp and args.data_parallel_sharding_strategy == "optim_grads_params"
+    assert args.no_gradient_accumulation_fusion and args.use_distributed_optimizer
+    assert (args.recompute_granularity, args.recompute_method, args.recompute_num_layers) == (
+        "full", "uniform", 1)
+    assert "(with --use-tp-pp-dp-mapping) gives exactly the plan's groups" in _unwrapped(text)
+
+
+def test_megatron_default_order_selective_recompute_and_fp8(tmp_path: Path) -> None:
+    job = Job(name="fp8-job", seq_len=4096, global_batch_size=64, precision="fp8")
+    layout = Layout(tp=2, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True)
+    args, text = _megatron(_plan(layout, job=job), tmp_path)
+    assert args.recompute_granularity == "selective" and args.recompute_method is None
+    assert args.fp8_format == "hybrid"
+    assert not args.use_tp_pp_dp_mapping
+    assert "rank order tp-cp-dp-pp gives exactly" in _unwrapped(text)
+
+
+def test_megatron_pp1_prefers_the_default_order(tmp_path: Path) -> None:
+    # With pp=1 both Megatron orders give the same groups: no mapping flag is needed.
+    args, _ = _megatron(_plan(Layout(tp=2, dp=8), order=("tp", "cp", "pp", "dp")), tmp_path)
+    assert not args.use_tp_pp_dp_mapping and not args.use_distributed_optimizer
+
+
+def _check_keys(doc: dict[str, Any], spec: dict[str, Any], where: str) -> None:
+    for key, value in doc.items():
+        assert key in spec, f"undocumented key {where}.{key}"
+        kind = spec[key]
+        if isinstance(kind, dict):
+            _check_keys(value, kind, f"{where}.{key}")
+        elif isinstance(kind, list):
+            assert value in kind, f"{where}.{key} = {value!r} not in {kind}"
+        else:
+            expected = {"int": int, "str": str, "bool": bool, "float": (int, float)}[kind]
+            assert isinstance(value, expected), f"{where}.{key} = {value!r} is not {kind}"
+            if kind == "int":
+                assert not isinstance(value, bool)
+
+
+def _titan(p: Plan) -> tuple[dict[str, Any], str]:
+    text = _files(p)["torchtitan.toml"]
+    doc = tomllib.loads(text)
+    _check_keys(doc, KEYS["torchtitan"]["sections"], "torchtitan")
+    par = doc["parallelism"]
+    # torchtitan's ParallelDims check (conventions.md 7.2): the degrees multiply to the world.
+    world = p.candidates[0].layout.num_gpus
+    assert (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+            * par["context_parallel_degree"] * par["tensor_parallel_degree"]
+            * par["pipeline_parallel_degree"]) == world
+    return doc, _unwrapped(text)
+
+
+@pytest.mark.parametrize(("zero", "replicate", "shard", "reshard"),
+                         [(0, 8, 1, "default"), (1, 1, 8, "never"), (3, 1, 8, "default")])
+def test_torchtitan_data_parallel_by_zero_stage(zero: int, replicate: int, shard: int,
+                                                reshard: str) -> None:
+    doc, _ = _titan(_plan(Layout(tp=2, dp=8, zero_stage=zero, recompute="selective")))
+    par = doc["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"],
+            par["fsdp_reshard_after_forward"]) == (replicate, shard, reshard)
+    assert doc["training"] == {"global_batch_size": 64, "local_batch_size": 1, "seq_len": 4096}
+    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert "pipeline_parallel_schedule" not in par
+
+
+def test_torchtitan_pipeline_batches_and_order_note() -> None:
+    layout = Layout(tp=2, pp=2, dp=4, vpp=2, micro_batch_size=2, zero_stage=1, recompute="full")
+    doc, text = _titan(_plan(layout))
+    par, training = doc["parallelism"], doc["training"]
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    # One schedule runs every microbatch of the step: 64 / (dp=4 x mbs=2) = 8 microbatches.
+    assert training["local_batch_size"] // par["pipeline_parallel_microbatch_size"] == 8
+    assert training["local_batch_size"] * par["data_parallel_shard_degree"] == 64
+    assert doc["activation_checkpoint"] == {"mode": "full"}
+    assert "torchtitan's rank order tp-cp-dp-pp gives exactly" in text
+    _, other = _titan(_plan(layout, order=("tp", "cp", "pp", "dp")))
+    assert "torchtitan cannot express this rank map" in other
+
+
+def test_torchtitan_moe_keys() -> None:
+    doc, text = _titan(plan_2x4_moe_remapped())
+    par = doc["parallelism"]
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (2, 1)
+    assert (par["context_parallel_degree"], par["tensor_parallel_degree"]) == (2, 2)
+    assert "torchtitan cannot express this rank map" in text
+
+
+@pytest.mark.parametrize("p", [plan_2x2_tp_intra(), plan_2x4_moe_remapped(),
+                               _plan(Layout(tp=4, pp=2, dp=2, micro_batch_size=2, zero_stage=3))])
+def test_deepspeed_json(p: Plan) -> None:
+    doc = json.loads(_files(p)["deepspeed.json"])
+    _check_keys(doc, KEYS["deepspeed"]["keys"], "deepspeed")
+    layout = p.candidates[0].layout
+    # DeepSpeed asserts train_batch_size == micro x accumulation x data-parallel size (7.1).
+    assert doc["train_batch_size"] == (doc["train_micro_batch_size_per_gpu"]
+                                       * doc["gradient_accumulation_steps"] * layout.dp)
+    assert doc["train_batch_size"] == p.job.global_batch_size
+    assert doc["zero_optimization"]["stage"] == layout.zero_stage
+    assert doc["bf16"] == {"enabled": True}
+
+
+def test_readme_carries_deepspeed_pipeline_caveat() -> None:
+    readme = _files(_plan(Layout(tp=4, pp=2, dp=2, zero_stage=3)))["README.md"]
+    assert "supports ZeRO stage 0 or 1 only" in readme
