@@ -79,7 +79,7 @@ def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSum
         summary.num_gpus = ctx.world
         summary.model = ctx.model.name if ctx.model else None
         if parsed.kind == "plan":
-            notes.append(f"{len(parsed.candidates)} plan candidates checked")
+            notes.append(f"plan candidates checked: {len(parsed.candidates)}")
             for candidate in parsed.candidates:
                 layout = validated(Layout, candidate.settings, parsed.path)
                 if candidate.index == 0:
@@ -132,7 +132,11 @@ def _context(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> _
 
 def _sized_cluster(ctx: _Context, gpn: int | None) -> Cluster:
     cluster, world = ctx.cluster, ctx.world
-    if gpn is None or ctx.parsed.kind == "plan":
+    if ctx.parsed.kind == "plan":
+        # A plan's rank map names its nodes and GPUs; it may use part of its cluster.
+        ctx.per_node = 0
+        return cluster
+    if gpn is None:
         if cluster.num_gpus != world:
             raise ctx.stop("degrees-cluster", f"the config runs {world} ranks but cluster "
                            f"{cluster.name} has {cluster.num_gpus} healthy GPUs", "world")
@@ -256,7 +260,8 @@ def _check_layout(ctx: _Context, layout: Layout, candidate: PlanCandidate | None
     job, seq_known = _job(ctx, layout)
     index = candidate.index if candidate else None
     if ctx.model is not None:
-        problem = layout_problem(layout, ctx.model, job, ctx.world)
+        world = layout.num_gpus if candidate is not None else ctx.world
+        problem = layout_problem(layout, ctx.model, job, world)
         if problem is not None:
             field, value, fix = problem
             rule = "degrees-cluster" if field == "layout" else "degrees-model"
@@ -330,7 +335,7 @@ def _check_candidate(ctx: _Context, layout: Layout, candidate: PlanCandidate) ->
     placed, problem = _placed_from_rank_map(ctx, grid, candidate, topo)
     if problem is not None:
         return [problem]
-    findings += _torchrun_agreement(ctx, candidate, topo)
+    findings += _torchrun_agreement(ctx, candidate)
     assert placed is not None
     job = ctx.parsed.job
     placed = Placed(grid=placed.grid, rank_of=placed.rank_of, slot_of=placed.slot_of,
@@ -383,27 +388,35 @@ def _placed_from_rank_map(ctx: _Context, grid: MeshGrid, candidate: PlanCandidat
                   file=ctx.parsed.path, lines=ctx.parsed.lines), None
 
 
-def _torchrun_agreement(ctx: _Context, candidate: PlanCandidate,
-                        topo: ClusterTopology) -> list[Finding]:
-    """torchrun gives rank r the r-th healthy GPU slot: node-major, contiguous per node."""
-    wrong = []
-    for entry in sorted(candidate.rank_map, key=lambda e: e.rank):
-        node = topo.node_of(entry.rank)
-        local = entry.rank - topo.first_slot_of(node)
-        if (entry.node, entry.local_rank) != (node, local):
-            wrong.append((entry, node, local))
+def torchrun_numbering(used: set[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(node, gpu) -> (rank, local rank) as torchrun's static rendezvous numbers the used GPUs:
+    nodes in order, each a contiguous block, local ranks in ascending GPU order (conventions.md
+    1.3; the launcher sets CUDA_VISIBLE_DEVICES to the node's used GPUs ascending)."""
+    numbering: dict[tuple[int, int], tuple[int, int]] = {}
+    per_node: dict[int, int] = {}
+    for node, gpu in sorted(used):
+        local = per_node.get(node, 0)
+        per_node[node] = local + 1
+        numbering[(node, gpu)] = (len(numbering), local)
+    return numbering
+
+
+def _torchrun_agreement(ctx: _Context, candidate: PlanCandidate) -> list[Finding]:
+    expected = torchrun_numbering({(e.node, e.gpu) for e in candidate.rank_map})
+    wrong = [(e, *expected[(e.node, e.gpu)]) for e in sorted(candidate.rank_map,
+                                                             key=lambda e: e.rank)
+             if (e.rank, e.local_rank) != expected[(e.node, e.gpu)]]
     if not wrong:
         return []
-    entry, node, local = wrong[0]
+    entry, rank, local = wrong[0]
     more = f" (and {len(wrong) - 1} more ranks)" if len(wrong) > 1 else ""
     return [finding(
         "rank-map-torchrun",
-        f"rank {entry.rank} is mapped to node {entry.node} local rank {entry.local_rank}, but "
-        f"torchrun starts rank {entry.rank} on node {node} local rank {local}: the groups that "
-        f"run would not be the ones planned{more}",
+        f"node {entry.node} GPU {entry.gpu} is listed as rank {entry.rank} local rank "
+        f"{entry.local_rank}, but torchrun numbers ranks node by node and gives it rank {rank} "
+        f"local rank {local}: the groups that run would not be the planned ones{more}",
         ctx.parsed.path, candidate=candidate.index,
-        ranks=sorted(e.rank for e, _, _ in wrong)[:64],
-        nodes=sorted({e.node for e, _, _ in wrong} | {n for _, n, _ in wrong}))]
+        ranks=sorted(e.rank for e, _, _ in wrong), nodes=sorted({e.node for e, _, _ in wrong}))]
 
 
 __all__ = ["CheckOptions", "check_config", "span"]

@@ -58,7 +58,9 @@ def tokens(text: str) -> Iterator[Token]:
         if line.lstrip().startswith("#"):
             continue
         for word in _split_line(line):
-            if word in _ASSIGN_PREFIXES:
+            while word.endswith(")") and word.count(")") > word.count("("):
+                word = word[:-1]  # the ")" closing an array: NAME=( ... last)
+            if not word or word in _ASSIGN_PREFIXES:
                 continue
             match = _ASSIGN_RE.match(word)
             if match and not word.startswith("-"):

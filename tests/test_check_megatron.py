@@ -1,0 +1,266 @@
+"""Megatron-LM launch scripts: the bash subset, flags, world size, model, and the rules on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers_check import DATA, line_of, only, rule_ids, run_check
+
+from placer.check import read_config
+from placer.check.parse_megatron import parse_megatron
+from placer.check.shell import expand, tokens
+from placer.errors import PlacerError
+
+
+def parse(text: str, name: str = "train.sh"):
+    return parse_megatron(Path(name), text)
+
+
+# ----- the bash subset ------------------------------------------------------------------------
+
+
+def test_tokens_follow_variables_arrays_continuations_and_comments() -> None:
+    script = (
+        "#!/bin/bash\n"
+        "export NNODES=${NNODES:-2}\n"
+        "GPUS_PER_NODE=8\n"
+        "WORLD_SIZE=$(($GPUS_PER_NODE*NNODES))\n"
+        "ARGS=( --tensor-model-parallel-size ${TP:-4}  # inline comment\n"
+        "  --context-parallel-size=$CP \\\n"
+        '  --data-path "$(ls /data)" )\n'
+    )
+    words = [(t.text, t.line, t.expand()) for t in tokens(script)]
+    assert ("--tensor-model-parallel-size", 5, "--tensor-model-parallel-size") in words
+    assert ("${TP:-4}", 5, "4") in words
+    assert ("--context-parallel-size=$CP", 6, None) in words  # CP never defined
+    assert ("$(ls /data)", 7, None) in words  # command substitution is not run
+    last = dict(list(tokens(script))[-1].variables)
+    assert last["NNODES"] == "2" and last["WORLD_SIZE"] == "16"
+    assert not any(t.text.startswith("#") or t.text == "inline" for t in tokens(script))
+
+
+def test_expand_follows_bash_defaults_and_arithmetic() -> None:
+    variables = {"A": "8", "B": "2", "EMPTY": ""}
+    assert expand("${A}x$B", variables) == "8x2"
+    assert expand("${EMPTY:-3}", variables) == "3"
+    assert expand("${EMPTY-3}", variables) == ""
+    assert expand("$((A*B + 1))", variables) == "17"
+    assert expand("$((A/3))", variables) == "2"
+    assert expand("$UNSET", variables) is None
+    assert expand("$((A*UNSET))", variables) is None
+    assert expand("$((__import__('os')))", variables) is None
+
+
+def test_variables_are_read_in_script_order() -> None:
+    parsed = parse("TP=2\nA=(--tensor-model-parallel-size $TP)\nTP=8\n")
+    assert parsed.settings["tp"] == 2
+
+
+def test_flag_forms_last_occurrence_wins_and_lines() -> None:
+    parsed = parse("python pretrain_gpt.py \\\n"
+                   "  --tensor-model-parallel-size=2 \\\n"
+                   "  --pipeline-model-parallel-size 4 \\\n"
+                   "  --tensor-model-parallel-size 8\n")
+    assert parsed.settings["tp"] == 8 and parsed.settings["pp"] == 4
+    assert parsed.lines["tp"] == 4 and parsed.lines["pp"] == 3
+
+
+def test_plain_argument_list_file() -> None:
+    parsed = parse("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
+                   "--sequence-parallel --use-tp-pp-dp-mapping", "args.txt")
+    assert (parsed.settings["tp"], parsed.settings["pp"]) == (4, 2)
+    assert parsed.settings["sequence_parallel"] is True
+    assert parsed.order == ("tp", "cp", "pp", "dp")
+
+
+def test_default_order_is_megatrons() -> None:
+    assert parse("--tensor-model-parallel-size 8").order == ("tp", "cp", "dp", "pp")
+
+
+def test_unresolvable_degree_is_an_input_error() -> None:
+    with pytest.raises(PlacerError, match=r"train.sh:2: --tensor-model-parallel-size \$TP"):
+        parse("TP=$(nvidia-smi -L | wc -l)\ntorchrun x.py --tensor-model-parallel-size $TP\n")
+    with pytest.raises(PlacerError, match="is not a positive integer"):
+        parse("--pipeline-model-parallel-size two\n")
+
+
+def test_unresolvable_model_flag_is_a_note_not_an_error() -> None:
+    parsed = parse("--num-layers $LAYERS --tensor-model-parallel-size 2\n")
+    assert parsed.settings["tp"] == 2 and parsed.model is None
+    assert any("--num-layers $LAYERS" in note for note in parsed.notes)
+
+
+# ----- world size and model -------------------------------------------------------------------
+
+
+def test_world_size_from_torchrun_flags_over_variables() -> None:
+    parsed = read_config(DATA / "megatron_llama3_8b_tp8.sh")
+    assert (parsed.nproc_per_node, parsed.world_size) == (8, 16)
+    standalone = parse("torchrun --standalone --nproc-per-node 4 x.py")
+    assert standalone.world_size == 4
+    variables = parse("GPUS_PER_NODE=8\nNNODES=4\npython x.py --tensor-model-parallel-size 8")
+    assert variables.world_size == 32
+    world_only = parse("WORLD_SIZE=24\npython x.py --tensor-model-parallel-size 8")
+    assert (world_only.world_size, world_only.nproc_per_node) == (24, None)
+    elastic = parse("torchrun --nnodes 2:4 --nproc_per_node gpu x.py")
+    assert elastic.nproc_per_node is None
+
+
+def test_model_from_script_flags() -> None:
+    parsed = read_config(DATA / "megatron_llama3_8b_tp8.sh")
+    model = parsed.model
+    assert model is not None
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (32, 4096, 32)
+    assert (model.kv_heads, model.ffn_hidden_size, model.vocab_size) == (8, 14336, 128256)
+    assert model.gated_mlp and not model.tied_embeddings and model.moe is None
+    assert (parsed.seq_len, parsed.global_batch_size) == (8192, 128)
+    assert parsed.settings["zero_stage"] == 1 and parsed.settings["recompute"] == "selective"
+
+
+def test_model_defaults_follow_megatron() -> None:
+    model = parse("--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --swiglu").model
+    assert model is not None
+    # SwiGLU default FFN: 2/3 of 4h rounded down to a multiple of 64 (arguments.py)
+    assert model.ffn_hidden_size == int(4 * 2304 * 2 / 3 / 64) * 64
+    assert model.tied_embeddings and model.kv_heads == 24 and model.vocab_size == 32000
+    plain = parse("--num-layers 24 --hidden-size 2304 --num-attention-heads 24").model
+    assert plain is not None and plain.ffn_hidden_size == 4 * 2304 and not plain.gated_mlp
+
+
+def test_moe_flags_and_expert_tp_default() -> None:
+    parsed = read_config(DATA / "megatron_moe_ep16.sh")
+    assert parsed.model is not None and parsed.model.moe is not None
+    assert (parsed.model.moe.num_experts, parsed.model.moe.top_k) == (128, 8)
+    assert parsed.model.moe.expert_ffn_hidden_size == 768
+    assert (parsed.settings["ep"], parsed.settings["etp"]) == (16, 1)
+    # --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2)
+    default = parse("--tensor-model-parallel-size 2 --num-experts 8")
+    assert default.settings["etp"] == 2
+
+
+# ----- rules on realistic scripts ---------------------------------------------------------------
+
+
+def test_tp8_on_8_gpu_nodes_passes() -> None:
+    report = run_check("megatron_llama3_8b_tp8.sh")
+    assert report.exit_code == 0 and report.findings == []
+    summary = report.configs[0]
+    assert summary.layout is not None and summary.layout.startswith("tp=8,pp=1,dp=2,cp=1")
+    assert summary.num_gpus == 16 and summary.cluster == "dgx-h100 x 2 nodes"
+
+
+def test_tp16_spans_nodes_and_fails() -> None:
+    path = DATA / "megatron_llama3_8b_tp16.sh"
+    report = run_check(path)
+    assert report.exit_code == 1
+    found = only(report, "tp-cross-node")
+    assert found.severity == "error" and found.group == "tp"
+    assert found.ranks == list(range(16)) and found.nodes == [0, 1]
+    assert found.line == line_of(path, "--tensor-model-parallel-size")
+    assert "ranks 0-15" in found.message and "nodes 0-1" in found.message
+
+
+def test_use_tp_pp_dp_mapping_changes_which_ranks_pipeline_neighbours_are(tmp_path: Path) -> None:
+    source = DATA / "megatron_llama3_70b_64nodes.sh"
+    report = run_check(source)
+    far = only(report, "pp-far-apart")
+    assert far.severity == "info" and report.exit_code == 0
+    # default order tp-cp-ep-dp-pp: a stage is 64 ranks = 8 nodes; stage 3 -> 4 leaves SU 0
+    assert far.ranks == [192, 256] and far.nodes == [24, 32]
+    remapped = tmp_path / "remapped.sh"
+    remapped.write_text(source.read_text().replace("--sequence-parallel \\",
+                                                   "--sequence-parallel --use-tp-pp-dp-mapping \\"))
+    # tp-cp-ep-pp-dp: a pipeline spans 8 consecutive nodes, inside one 32-node leaf group
+    assert rule_ids(run_check(remapped)) == []
+
+
+def test_virtual_stages_from_layers_per_virtual_stage() -> None:
+    report = run_check("megatron_llama3_70b_64nodes.sh")
+    assert report.configs[0].layout is not None
+    assert "pp=8" in report.configs[0].layout and "vpp=2" in report.configs[0].layout
+
+
+def test_tp4_on_4_gpu_pcie_nodes_passes_with_a_note() -> None:
+    report = run_check("megatron_gpt_tp4_pcie.sh", cluster="pcie-4x-l40s.yaml")
+    assert report.exit_code == 0
+    found = only(report, "tp-pcie-only")
+    assert found.severity == "info" and found.ranks == [0, 1, 2, 3] and found.nodes == [0]
+
+
+def test_tp8_on_4_gpu_pcie_nodes_fails() -> None:
+    report = run_check("megatron_gpt_tp8_pcie.sh", cluster="pcie-4x-l40s.yaml")
+    found = only(report, "tp-cross-node")
+    assert found.nodes == [0, 1] and "keep tp <= 4" in found.message
+    assert report.exit_code == 1
+
+
+def test_tp4_across_nvlink_bridge_pairs(tmp_path: Path) -> None:
+    path = DATA / "megatron_gpt_tp4_nvlink_pairs.sh"
+    report = run_check(path, cluster="a100-pcie-nvlink-pairs.yaml")
+    found = only(report, "tp-outside-nvlink")
+    assert found.ranks == [0, 1, 2, 3] and found.nodes == [0] and report.exit_code == 1
+    tp2 = tmp_path / "tp2.sh"
+    tp2.write_text(path.read_text().replace("--tensor-model-parallel-size 4",
+                                            "--tensor-model-parallel-size 2"))
+    assert run_check(tp2, cluster="a100-pcie-nvlink-pairs.yaml").findings == []
+
+
+def test_ep_group_leaving_the_node_is_a_warning() -> None:
+    report = run_check("megatron_moe_ep16.sh")
+    found = only(report, "ep-outside-nvlink")
+    assert found.severity == "warning" and found.ranks == list(range(16))
+    assert found.line == line_of(DATA / "megatron_moe_ep16.sh", "--expert-model-parallel-size")
+    assert report.exit_code == 0
+    assert run_check("megatron_moe_ep16.sh", fail_on="warning").exit_code == 1
+    assert run_check("megatron_moe_ep8.sh").findings == []
+
+
+def test_cp_group_across_nodes_is_a_warning() -> None:
+    found = only(run_check("megatron_llama3_8b_cp2.sh"), "cp-cross-node")
+    assert found.severity == "warning" and found.ranks == [0, 8] and found.nodes == [0, 1]
+
+
+def test_degrees_that_do_not_divide_the_model() -> None:
+    path = DATA / "megatron_gpt_bad_degrees.sh"
+    found = only(run_check(path), "degrees-model")
+    assert "num_layers=30" in found.message
+    assert found.line == line_of(path, "--pipeline-model-parallel-size")
+
+
+def test_degrees_that_do_not_divide_the_cluster() -> None:
+    report = run_check("megatron_tp8_pp3.sh")
+    found = only(report, "degrees-cluster")
+    assert "24" in found.message and "16 GPUs" in found.message and report.exit_code == 1
+
+
+def test_more_processes_per_node_than_gpus(tmp_path: Path) -> None:
+    script = tmp_path / "big.sh"
+    script.write_text("torchrun --nproc_per_node 16 --nnodes 1 x.py "
+                      "--tensor-model-parallel-size 8\n")
+    found = only(run_check(script), "degrees-cluster")
+    assert "16 processes per node" in found.message
+
+
+def test_fewer_processes_per_node_than_gpus_use_the_first_gpus(tmp_path: Path) -> None:
+    script = tmp_path / "half.sh"
+    script.write_text("torchrun --nproc_per_node 4 --nnodes 2 x.py "
+                      "--tensor-model-parallel-size 4\n")
+    report = run_check(script)
+    assert report.findings == [] and report.configs[0].num_gpus == 8
+    script.write_text("torchrun --nproc_per_node 4 --nnodes 2 x.py "
+                      "--tensor-model-parallel-size 8\n")
+    assert only(run_check(script), "tp-cross-node").nodes == [0, 1]
+
+
+def test_script_without_parallel_settings_is_an_info() -> None:
+    report = run_check("prepare_data.sh")
+    assert rule_ids(report) == ["no-parallel-settings"] and report.exit_code == 0
+
+
+def test_world_size_from_nodes_option_when_the_script_has_none(tmp_path: Path) -> None:
+    script = tmp_path / "args.txt"
+    script.write_text("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2\n")
+    report = run_check(script, nodes=4)
+    assert report.configs[0].num_gpus == 32 and report.findings == []
+    assert report.configs[0].layout is not None and "dp=2" in report.configs[0].layout
