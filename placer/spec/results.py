@@ -96,6 +96,11 @@ class Candidate(Estimate):
 
     rank_map: list[RankEntry]
     why: list[str] = Field(default_factory=list, description="plain-language reasons")
+    stage_layers: list[int] | None = Field(
+        default=None,
+        description="transformer layers per pipeline stage when uneven (mixed GPU types: slower "
+        "stages get fewer); null means the even split",
+    )
 
 
 class SearchStats(Output):
