@@ -264,3 +264,27 @@ def test_world_size_from_nodes_option_when_the_script_has_none(tmp_path: Path) -
     report = run_check(script, nodes=4)
     assert report.configs[0].num_gpus == 32 and report.findings == []
     assert report.configs[0].layout is not None and "dp=2" in report.configs[0].layout
+
+
+def test_deepspeed_launcher_flags_give_the_world_size() -> None:
+    parsed = parse("deepspeed --num_gpus 8 --num_nodes 4 pretrain_gpt.py "
+                   "--tensor-model-parallel-size 8 --deepspeed_config ds.json")
+    assert (parsed.nproc_per_node, parsed.world_size) == (8, 32)
+
+
+def test_gb200_nvl72_tp_across_trays_inside_the_nvlink_domain_passes(tmp_path: Path) -> None:
+    # 18 trays of 4 GPUs share one 72-GPU NVLink domain: TP=8 spans two trays over NVLink.
+    script = tmp_path / "nvl72.sh"
+    script.write_text("torchrun --nproc_per_node 4 --nnodes 36 pretrain_gpt.py \\\n"
+                      "  --tensor-model-parallel-size 8 --pipeline-model-parallel-size 1\n")
+    report = run_check(script, cluster="gb200-nvl72")
+    assert report.findings == [] and report.configs[0].num_gpus == 144
+
+
+def test_gb200_nvl72_tp_across_racks_fails(tmp_path: Path) -> None:
+    layout = tmp_path / "layout.yaml"
+    # dp innermost: a TP group takes every 18th rank, i.e. trays of both 72-GPU racks
+    layout.write_text("layout: tp=8,dp=18\norder: dp-tp-cp-pp\ncluster: gb200-nvl72\n")
+    found = only(run_check(layout, cluster=None), "tp-cross-node")
+    assert found.ranks == list(range(0, 144, 18))
+    assert found.nodes[0] < 18 <= found.nodes[-1]

@@ -57,6 +57,9 @@ _INT_FLAGS = {
     "max-position-embeddings": "max_position_embeddings",
     "nnodes": "nnodes",
     "nproc-per-node": "nproc_per_node",
+    # the DeepSpeed launcher of Megatron-DeepSpeed scripts: deepspeed --num_gpus N --num_nodes M
+    "num-nodes": "nnodes",
+    "num-gpus": "nproc_per_node",
 }
 _CHOICE_FLAGS = {"recompute-granularity": "recompute",
                  "data-parallel-sharding-strategy": "sharding_strategy"}
@@ -173,13 +176,14 @@ def _int(value: _Value, flag: str, path: Path) -> int | None:
     return int(text)
 
 
-def _var_int(token: Token | None, names: tuple[str, ...]) -> tuple[int | None, str | None]:
+def _var_int(token: Token | None, names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` set to a positive integer by the end of the script."""
     variables = dict(token.variables) if token else {}
     for name in names:
         value = variables.get(name)
         if value is not None and value.strip().isdigit() and int(value) > 0:
-            return int(value), name
-    return None, None
+            return int(value)
+    return None
 
 
 def _world(ints: dict[str, int], flags: set[str], last: Token | None,
@@ -188,10 +192,10 @@ def _world(ints: dict[str, int], flags: set[str], last: Token | None,
     nproc = ints.get("nproc_per_node")
     nnodes = 1 if "standalone" in flags else ints.get("nnodes")
     if nproc is None:
-        nproc, name = _var_int(last, _GPUS_VARS)
+        nproc = _var_int(last, _GPUS_VARS)
     if nnodes is None:
-        nnodes, name = _var_int(last, _NODES_VARS)
-    world, name = _var_int(last, ("WORLD_SIZE",))
+        nnodes = _var_int(last, _NODES_VARS)
+    world = _var_int(last, ("WORLD_SIZE",))
     if nproc is not None and nnodes is not None:
         if world is not None and world != nproc * nnodes:
             parsed.notes.append(f"WORLD_SIZE={world} differs from {nnodes} nodes x {nproc} "

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from placer.check.findings import ConfigSummary, Finding
 from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
-from placer.check.rules import Placed, finding, group_findings, span
-from placer.cost.memory import memory_estimate
+from placer.check.rules import Placed, finding, group_findings
+from placer.cost import memory_estimate
 from placer.errors import PlacerError
 from placer.mesh import DENSE_DIMS, MeshGrid, order_text
 from placer.spec.cluster import Cluster
@@ -248,9 +248,11 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
 # ----- rules over one layout -----------------------------------------------------------------
 
 
-_FIELD_KEYS = {"layout.micro_batch_size": ("micro_batch_size", "global_batch_size"),
-               "layout.zero_stage": ("zero_stage",), "layout.sequence_parallel":
-               ("sequence_parallel",)}
+# layout_problem's field -> the settings whose line a finding points at, best first
+_FIELD_KEYS = {"layout": ("tp", "pp", "dp"), "layout.cp": ("cp", "seq_len"),
+               "layout.vpp": ("vpp", "layers_per_virtual_stage", "pp"),
+               "layout.micro_batch_size": ("micro_batch_size", "global_batch_size"),
+               "layout.etp": ("etp", "ep")}
 
 
 def _check_layout(ctx: _Context, layout: Layout, candidate: PlanCandidate | None,
@@ -314,7 +316,8 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
              "optimizer": memory.optimizer_bytes, "activations": memory.activations_bytes}
     biggest = ", ".join(f"{name} {value / GB:.1f}" for name, value in
                         sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
-    gpu = ctx.cluster.node_types[0].gpu.name
+    # cost.memory_estimate sizes capacity by the cluster's smallest GPU
+    gpu = min((t.gpu for t in ctx.cluster.node_types), key=lambda g: g.capacity_bytes).name
     return [finding(
         "memory-over-capacity",
         f"predicted peak {memory.total_bytes / GB:.1f} GB per GPU (pipeline stage "
@@ -419,4 +422,4 @@ def _torchrun_agreement(ctx: _Context, candidate: PlanCandidate) -> list[Finding
         ranks=sorted(e.rank for e, _, _ in wrong), nodes=sorted({e.node for e, _, _ in wrong}))]
 
 
-__all__ = ["CheckOptions", "check_config", "span"]
+__all__ = ["CheckOptions", "check_config", "torchrun_numbering"]

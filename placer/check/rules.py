@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from placer.check.findings import Finding, Severity
 from placer.mesh import MeshGrid, order_text
-from placer.spec.cluster import Cluster
-from placer.topology.cluster_topology import ClusterTopology
+from placer.spec.cluster import NodeType
+from placer.topology import ClusterTopology
 
 
 @dataclass(frozen=True)
@@ -113,13 +113,16 @@ _NETWORK_NAMES = {"infiniband": "InfiniBand", "roce": "RoCE", "ethernet": "Ether
                   "none": "(missing) network"}
 
 
-def _fast_domain(cluster: Cluster) -> tuple[int, str, str]:
-    """(GPUs a TP group may span, what joins them, node type name) for the first node type:
-    the NVLink domain, or the whole node on PCIe-only nodes (the best those allow)."""
-    node_type = cluster.node_types[0]
+def _fast_domain(node_type: NodeType) -> tuple[int, str, str]:
+    """(GPUs a TP group may span, what joins them, node type name): the NVLink domain, or the
+    whole node on PCIe-only nodes (the best those allow)."""
     if node_type.fabric.kind == "pcie":
         return node_type.gpus_per_node, "PCIe inside a node", node_type.name
     return node_type.nvlink_domain_size, "NVLink", node_type.name
+
+
+def _node_type_of(topology: ClusterTopology, slot: int) -> NodeType:
+    return topology.layout_of(topology.node_of(slot)).node_type
 
 
 def _is_pcie_only(topology: ClusterTopology, slots: Sequence[int]) -> bool:
@@ -144,20 +147,28 @@ def tp_rules(placed: Placed) -> list[Finding]:
     groups = placed.groups("tp")
     if not groups:
         return []
-    order = order_text(placed.grid.order)
-    domain, fast, node_type = _fast_domain(topo.cluster)
-    tp = placed.grid.layout.tp
-    hint = (f"tp={tp} fits in {domain} GPUs joined by {fast}: put tp innermost in the rank "
-            f"order (tp-cp-dp-pp), not {order}" if tp <= domain and placed.grid.order[0] != "tp"
-            else f"keep tp <= {domain} ({node_type} GPUs joined by {fast})")
     found: list[Finding] = []
-    outside = [(ranks, slots) for ranks, slots in groups
-               if not topo.group_link(slots, "alone").within_nvlink_domain]
-    cross = [g for g in outside if topo.spans_nodes(g[1])]
-    pcie = [g for g in outside if not topo.spans_nodes(g[1]) and _is_pcie_only(topo, g[1])]
-    bridge = [g for g in outside if not topo.spans_nodes(g[1]) and g not in pcie]
-    severity: Severity | None = "warning" if placed.allow_tp_outside_nvlink else None
+    cross, bridge, pcie = [], [], []
+    for group in groups:
+        if topo.group_link(group[1], "alone").within_nvlink_domain:
+            continue
+        if topo.spans_nodes(group[1]):
+            cross.append(group)
+        elif _is_pcie_only(topo, group[1]):
+            pcie.append(group)
+        else:
+            bridge.append(group)
+    if not (cross or bridge or pcie):
+        return []
+    first_slot = (cross or bridge or pcie)[0][1][0]
+    domain, fast, node_type = _fast_domain(_node_type_of(topo, first_slot))
+    tp = placed.grid.layout.tp
+    order = order_text(placed.grid.order)
     reorder = tp <= domain and placed.grid.order[0] != "tp"
+    hint = (f"tp={tp} fits in {domain} GPUs joined by {fast}: put tp innermost in the rank "
+            f"order (tp-cp-dp-pp), not {order}" if reorder
+            else f"keep tp <= {domain} ({node_type} GPUs joined by {fast})")
+    severity: Severity | None = "warning" if placed.allow_tp_outside_nvlink else None
     line = placed.line("order", "tp") if reorder else placed.line("tp", "order")
     net = _NETWORK_NAMES[topo.cluster.network.kind]
     if cross:
@@ -203,7 +214,7 @@ def ep_rule(placed: Placed) -> list[Finding]:
     nodes = topo.nodes_of(slots)
     where = (f"spans nodes {span(nodes)}" if len(nodes) > 1
              else f"on node {span(nodes)} is not NVLink-connected")
-    domain, fast, _ = _fast_domain(topo.cluster)
+    domain, fast, _ = _fast_domain(_node_type_of(topo, slots[0]))
     limit = (f"ep*etp <= {domain} keeps it on {fast}" if fast == "NVLink"
              else "these nodes have no NVLink")
     return [finding(
