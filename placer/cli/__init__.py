@@ -21,9 +21,16 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from placer.cli import check_command, launch_command, spec_commands, topology_command
+    from placer.cli import (
+        check_command,
+        launch_command,
+        recommend_command,
+        spec_commands,
+        topology_command,
+    )
 
-    for module in (spec_commands, launch_command, check_command, topology_command):
+    for module in (spec_commands, recommend_command, launch_command, check_command,
+                   topology_command):
         for command in module.COMMANDS:
             cli.add_command(command)
 
