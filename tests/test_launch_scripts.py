@@ -24,6 +24,7 @@ from helpers_launch import (
     plan_excluded_gpu,
 )
 
+from placer.cli.launch_command import load_plan
 from placer.errors import InputError, PlacerError
 from placer.launch import launch_files, write_launch_files
 from placer.launch.scripts import kubernetes_name
@@ -31,6 +32,9 @@ from placer.spec import Layout, Plan
 from placer.spec.presets import cluster_names, cluster_preset, model_preset
 
 SHELL_FILES = ("launch.sh", "env.sh", "job.sbatch", "megatron_args.sh")
+ROOT = Path(__file__).resolve().parents[1]
+# Every example folder that holds a recommend-layout plan (examples/regenerate.py writes them).
+EXAMPLE_PLANS = sorted(ROOT.glob("examples/*/plan.json"))
 SHELLCHECK = shutil.which("shellcheck")
 
 FAKE_PYTHON = """#!/bin/bash
@@ -85,6 +89,19 @@ def test_generated_shell_passes_shellcheck(tmp_path: Path, name: str) -> None:
         done = subprocess.run([str(SHELLCHECK), "-x", *SHELL_FILES], cwd=folder,
                               capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("plan_path", EXAMPLE_PLANS, ids=lambda p: p.parent.name)
+def test_every_example_plan_gets_every_file(tmp_path: Path, plan_path: Path) -> None:
+    p = load_plan(plan_path)
+    for index in range(len(p.candidates)):
+        folder = tmp_path / f"candidate{index}"
+        written = write_launch_files(p, index, folder)
+        assert len(written) == 10 and all(path.stat().st_size > 0 for path in written)
+        if SHELLCHECK is not None:
+            done = subprocess.run([SHELLCHECK, "-x", *SHELL_FILES], cwd=folder,
+                                  capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stdout
 
 
 def _run_launch(folder: Path, tmp_path: Path, env: dict[str, str], *args: str,

@@ -183,12 +183,12 @@ def _logical_index(grid: MeshGrid, coords: dict[str, int], field: str) -> int:
 def _launch_nodes(plan: Plan, used: list[int],
                   logical_at: dict[tuple[int, int], int]) -> list[LaunchNode]:
     infos = plan.cluster.nodes()
-    out = []
-    for index, cluster_node in enumerate(used):
-        info = infos[cluster_node]
-        gpus = tuple(sorted(g for n, g in logical_at if n == cluster_node))
-        out.append(LaunchNode(index, cluster_node, info.node_type, info.hostname, gpus))
-    return out
+    gpus_of: dict[int, list[int]] = {}
+    for node, gpu in logical_at:
+        gpus_of.setdefault(node, []).append(gpu)
+    return [LaunchNode(index, node, infos[node].node_type, infos[node].hostname,
+                       tuple(sorted(gpus_of[node])))
+            for index, node in enumerate(used)]
 
 
 def _slots(nodes: list[LaunchNode], logical_at: dict[tuple[int, int], int]) -> list[RankSlot]:

@@ -109,7 +109,8 @@ def render_launch_sh(placement: Placement, script: str = DEFAULT_SCRIPT,
     if hosts:
         lines += [
             'if [[ -z "$node_rank" ]]; then',
-            '  self=${SLURMD_NODENAME:-$(hostname)}',
+            "  # Slurm's node name, else bash's own HOSTNAME (no external command needed).",
+            '  self=${SLURMD_NODENAME:-${HOSTNAME:-}}',
             '  for i in "${!HOSTS[@]}"; do',
             '    if [[ "${HOSTS[$i]}" == "$self" || "${HOSTS[$i]%%.*}" == "${self%%.*}" ]]; then',
             "      node_rank=$i",
