@@ -100,7 +100,7 @@ def test_cli_launch_writes_files_and_refuses_overwrite(tmp_path: Path) -> None:
     launch = (tmp_path / "out" / "launch.sh").read_text()
     assert "script=${PLACER_SCRIPT:-pretrain.py}" in launch
     assert "master_port=${MASTER_PORT:-29600}" in launch
-    assert "export NCCL_DEBUG=INFO" in (tmp_path / "out" / "env.sh").read_text()
+    assert "export NCCL_DEBUG='INFO'" in (tmp_path / "out" / "env.sh").read_text()
     before = _snapshot(tmp_path / "out")
     again = _placer("launch", str(plan_file), "--out", "out", cwd=tmp_path)
     assert again.returncode == 2
