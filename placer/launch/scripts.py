@@ -26,11 +26,9 @@ KUBEFLOW_MOUNT = "/placer"
 
 def _hosts(placement: Placement) -> list[str] | None:
     """Host names of the launch nodes, when the cluster file pins every one of them."""
-    hosts = [node.hostname for node in placement.nodes]
-    if any(h is None for h in hosts):
-        return None
-    return [checked(h, "hostname", f"hostname of node {n.cluster_node}")  # type: ignore[arg-type]
-            for h, n in zip(hosts, placement.nodes, strict=True)]
+    hosts = [checked(node.hostname, "hostname", f"hostname of node {node.cluster_node}")
+             for node in placement.nodes if node.hostname is not None]
+    return hosts if len(hosts) == len(placement.nodes) else None
 
 
 def _is_uniform(placement: Placement) -> bool:
