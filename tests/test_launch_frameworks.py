@@ -24,6 +24,7 @@ from helpers_launch import (
     small_cluster,
 )
 
+from placer.errors import PlacerError
 from placer.launch import launch_files
 from placer.spec import Job, Layout, Plan
 from placer.spec.presets import model_preset
@@ -56,6 +57,8 @@ def _megatron(p: Plan, tmp_path: Path) -> tuple[argparse.Namespace, str]:
             parser.add_argument(flag, action="store_true")
         elif kind == "int":
             parser.add_argument(flag, type=int)
+        elif kind == "str":
+            parser.add_argument(flag)
         else:
             parser.add_argument(flag, choices=kind)
     namespace, unknown = parser.parse_known_args(argv)
@@ -124,6 +127,8 @@ def _check_keys(doc: dict[str, Any], spec: dict[str, Any], where: str) -> None:
             _check_keys(value, kind, f"{where}.{key}")
         elif isinstance(kind, list):
             assert value in kind, f"{where}.{key} = {value!r} not in {kind}"
+        elif kind == "list[str]":
+            assert isinstance(value, list) and all(isinstance(v, str) for v in value), where
         else:
             expected = {"int": int, "str": str, "bool": bool, "float": (int, float)}[kind]
             assert isinstance(value, expected), f"{where}.{key} = {value!r} is not {kind}"
@@ -191,6 +196,56 @@ def test_deepspeed_json(p: Plan) -> None:
     assert doc["train_batch_size"] == p.job.global_batch_size
     assert doc["zero_optimization"]["stage"] == layout.zero_stage
     assert doc["bf16"] == {"enabled": True}
+
+
+def _uneven(stages: list[int], vpp: int = 1) -> Plan:
+    p = _plan(Layout(tp=2, pp=len(stages), dp=8 // len(stages), vpp=vpp, zero_stage=1))
+    return p.model_copy(update={"candidates": [p.candidates[0].model_copy(
+        update={"stage_layers": stages})]})
+
+
+@pytest.mark.parametrize(
+    ("stages", "flags", "split_points"),
+    [
+        ([14, 18], {"decoder_first_pipeline_num_layers": 14,
+                    "decoder_last_pipeline_num_layers": 18}, ["layers.14"]),
+        ([6, 9, 9, 8], {"decoder_first_pipeline_num_layers": 6,
+                        "decoder_last_pipeline_num_layers": 8}, ["layers.6", "layers.15",
+                                                                 "layers.24"]),
+        ([9, 9, 9, 5], {"decoder_first_pipeline_num_layers": None,
+                        "decoder_last_pipeline_num_layers": 5}, ["layers.9", "layers.18",
+                                                                 "layers.27"]),
+        ([6, 10, 8, 8], {"pipeline_model_parallel_layout":
+                         "E" + "t" * 6 + "|" + "t" * 10 + "|" + "t" * 8 + "|" + "t" * 8 + "L"},
+         ["layers.6", "layers.16", "layers.24"]),
+        ([8, 8, 8, 8], {"decoder_first_pipeline_num_layers": None,
+                        "pipeline_model_parallel_layout": None}, None),
+    ],
+)  # fmt: skip
+def test_uneven_pipeline_split(tmp_path: Path, stages: list[int], flags: dict[str, Any],
+                               split_points: list[str] | None) -> None:
+    p = _uneven(stages)
+    args, _ = _megatron(p, tmp_path)
+    for name, value in flags.items():
+        assert getattr(args, name) == value, name
+    doc, _ = _titan(p)
+    assert doc["parallelism"].get("pipeline_parallel_split_points") == split_points
+
+
+def test_uneven_split_with_virtual_stages_is_left_to_the_user(tmp_path: Path) -> None:
+    args, text = _megatron(_uneven([14, 18], vpp=2), tmp_path)
+    assert args.decoder_first_pipeline_num_layers is None
+    assert args.pipeline_model_parallel_layout is None
+    assert "one segment per virtual stage by hand" in _unwrapped(text)
+
+
+def test_bad_stage_layers_are_rejected() -> None:
+    with pytest.raises(PlacerError, match="stage_layers.*add up to num_layers=32"):
+        launch_files(_uneven([14, 17]))
+    with pytest.raises(PlacerError, match=r"one layer count per stage \(pp=2\)"):
+        p = _uneven([14, 18])
+        bad = p.candidates[0].model_copy(update={"stage_layers": [10, 10, 12]})
+        launch_files(p.model_copy(update={"candidates": [bad]}))
 
 
 def test_readme_carries_deepspeed_pipeline_caveat() -> None:

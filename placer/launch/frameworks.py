@@ -76,6 +76,7 @@ def megatron_args(placement: Placement) -> list[tuple[str, ...]]:
     ]
     if layout.vpp > 1:
         args.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
+    args += _megatron_uneven_pp(placement)
     args.append(("--context-parallel-size", str(layout.cp)))
     if plan.model.moe is not None:
         args += [("--num-experts", str(plan.model.moe.num_experts)),
@@ -107,6 +108,39 @@ def megatron_args(placement: Placement) -> list[tuple[str, ...]]:
     return args
 
 
+def _megatron_uneven_pp(placement: Placement) -> list[tuple[str, ...]]:
+    """Flags for the plan's uneven pipeline split (conventions.md 6.2, "Uneven PP").
+
+    First/last-stage counts when the middle stages are even; otherwise an explicit layout with
+    one ``|``-separated segment per stage (E = embedding, t = transformer layer, L = loss).
+    With virtual stages the split is not expressed (see ``_uneven_note``).
+    """
+    stages = placement.candidate.stage_layers
+    if stages is None or len(set(stages)) == 1 or placement.layout.vpp > 1:
+        return []
+    middle = stages[1:-1]
+    if len(set(middle)) <= 1:
+        even = middle[0] if middle else None
+        flags: list[tuple[str, ...]] = []
+        if stages[0] != even:
+            flags.append(("--decoder-first-pipeline-num-layers", str(stages[0])))
+        if stages[-1] != even:
+            flags.append(("--decoder-last-pipeline-num-layers", str(stages[-1])))
+        return flags
+    return [("--pipeline-model-parallel-layout", "E" + "|".join("t" * n for n in stages) + "L")]
+
+
+def _uneven_note(placement: Placement) -> str | None:
+    stages = placement.candidate.stage_layers
+    if stages is None or len(set(stages)) == 1:
+        return None
+    if placement.layout.vpp > 1:
+        return (f"The plan splits layers unevenly over pipeline stages ({stages}) and uses "
+                f"vpp={placement.layout.vpp}: give Megatron a --pipeline-model-parallel-layout "
+                "with one segment per virtual stage by hand.")
+    return f"Uneven pipeline split from the plan: {stages} layers per stage."
+
+
 def render_megatron_sh(placement: Placement) -> str:
     """A bash array of Megatron flags to source and splice into the training command."""
     fit = megatron_fit(placement)
@@ -119,6 +153,9 @@ def render_megatron_sh(placement: Placement) -> str:
         "arguments>",
         f"Rank order: {fit.explanation}",
     ]
+    uneven = _uneven_note(placement)
+    if uneven:
+        notes.append(uneven)
     if layout.zero_stage in (1, 2):
         notes.append(f"zero={layout.zero_stage}: Megatron's distributed optimizer shards the "
                      "optimizer state over DP x CP and reduce-scatters gradients.")
@@ -160,6 +197,11 @@ def torchtitan_config(placement: Placement) -> dict[str, dict[str, object]]:
         parallelism["pipeline_parallel_microbatch_size"] = layout.micro_batch_size
         parallelism["pipeline_parallel_schedule"] = ("Interleaved1F1B" if layout.vpp > 1
                                                      else "1F1B")
+        stages = placement.candidate.stage_layers
+        if stages is not None and len(set(stages)) > 1 and layout.vpp == 1:
+            # Each split point names the first layer module of the next stage.
+            starts = [sum(stages[:i]) for i in range(1, len(stages))]
+            parallelism["pipeline_parallel_split_points"] = [f"layers.{s}" for s in starts]
     else:
         training["local_batch_size"] = layout.micro_batch_size
     checkpoint: dict[str, object] = {"mode": layout.recompute}
@@ -178,6 +220,8 @@ def _toml_value(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
@@ -193,6 +237,12 @@ def render_torchtitan_toml(placement: Placement) -> str:
     if layout.zero_stage in (1, 2):
         notes.append(f"zero={layout.zero_stage}: torchtitan has no ZeRO-1/2; FSDP with "
                      "fsdp_reshard_after_forward = \"never\" is the closest (ZeRO-2 traffic).")
+    stages = placement.candidate.stage_layers
+    if stages is not None and len(set(stages)) > 1:
+        notes.append(f"Uneven pipeline split {stages}: "
+                     + ("pipeline_parallel_split_points assume torchtitan's layer modules "
+                        "are named layers.<i>." if layout.vpp == 1 else
+                        "with virtual stages set pipeline_parallel_split_points by hand."))
     if layout.tp > 1 and not layout.sequence_parallel:
         notes.append("The plan has sequence parallelism off, but torchtitan applies it with TP.")
     shard_ep = (1 if layout.zero_stage == 0 else layout.dp) * layout.cp * layout.tp

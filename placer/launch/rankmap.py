@@ -130,6 +130,7 @@ def placement_of(plan: Plan, candidate_index: int = 0) -> Placement:
     where = f"candidates[{candidate_index}]"
     layout = candidate.layout
     validate_layout(layout, plan.model, plan.job, layout.num_gpus)
+    _check_stage_layers(candidate.stage_layers, layout, plan.model.num_layers, where)
     order = parse_order(candidate.mesh_order)
     grid = MeshGrid(layout, order)
     cluster = plan.cluster
@@ -161,6 +162,19 @@ def placement_of(plan: Plan, candidate_index: int = 0) -> Placement:
     slots = _slots(nodes, logical_at)
     _check_numbering(entries, nodes, slots, where)
     return Placement(plan, candidate_index, grid, tuple(nodes), tuple(slots))
+
+
+def _check_stage_layers(stage_layers: list[int] | None, layout: Layout, num_layers: int,
+                        where: str) -> None:
+    """An uneven pipeline split must give every stage a layer and cover the model exactly."""
+    if stage_layers is None:
+        return
+    field = f"{where}.stage_layers"
+    if len(stage_layers) != layout.pp:
+        raise InputError(field, stage_layers, f"list one layer count per stage (pp={layout.pp})")
+    if min(stage_layers) < 1 or sum(stage_layers) != num_layers:
+        raise InputError(field, stage_layers,
+                         f"counts must be >= 1 and add up to num_layers={num_layers}")
 
 
 def _logical_index(grid: MeshGrid, coords: dict[str, int], field: str) -> int:
