@@ -11,7 +11,8 @@ _EPILOG = """\b
 CONFIG: Megatron-LM launch script or argument list (any other extension), torchtitan
 TOML (.toml), DeepSpeed JSON (with --model), placer plan (plan.json) or layout file
 (YAML/JSON with a `layout` key). Exit codes: 0 clean, 1 findings at or above --fail-on,
-2 unreadable input. Rules: placer check --list-rules.
+2 unreadable input (a readable file with no parallel settings is an info finding,
+no-parallel-settings, not exit 2). Rules: placer check --list-rules.
 """
 
 
