@@ -288,3 +288,10 @@ def test_gb200_nvl72_tp_across_racks_fails(tmp_path: Path) -> None:
     found = only(run_check(layout, cluster=None), "tp-cross-node")
     assert found.ranks == list(range(0, 144, 18))
     assert found.nodes[0] < 18 <= found.nodes[-1]
+
+
+def test_sequence_parallel_is_off_with_tp_1_as_in_megatron() -> None:
+    assert parse("--sequence-parallel --tensor-model-parallel-size 1").settings[
+        "sequence_parallel"] is False
+    assert parse("--sequence-parallel --tensor-model-parallel-size 2").settings[
+        "sequence_parallel"] is True

@@ -112,12 +112,13 @@ def parse_megatron(path: Path, text: str) -> ParsedConfig:
                                                          "micro_batch_size") if k in ints}
     if "layers_per_virtual_stage" in ints:
         settings["layers_per_virtual_stage"] = ints["layers_per_virtual_stage"]
-    if "num_experts" in ints:
+    if "num_experts" in ints or ints.get("ep", 1) > 1:
         # Megatron's --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2).
         settings["etp"] = ints.get("etp", ints.get("tp", 1))
     elif "etp" in ints:
         settings["etp"] = ints["etp"]
-    settings["sequence_parallel"] = "sequence_parallel" in flags
+    # Megatron turns --sequence-parallel off when TP is 1 (conventions.md 6.2).
+    settings["sequence_parallel"] = "sequence_parallel" in flags and ints.get("tp", 1) > 1
     if "recompute_activations" in flags:
         settings["recompute"] = "selective"
     if choices.get("recompute") in ("full", "selective"):
