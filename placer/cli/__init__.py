@@ -27,10 +27,11 @@ def _register() -> None:
         recommend_command,
         spec_commands,
         topology_command,
+        verify_command,
     )
 
     for module in (spec_commands, recommend_command, launch_command, check_command,
-                   topology_command):
+                   topology_command, verify_command):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -1,0 +1,343 @@
+"""``placer calibrate`` and ``placer verify``: measure the hardware, check the plan on it.
+
+Both run workers under torchrun: on an emulated cluster (``--emulate NODESxGPUS``: network
+namespaces, tbf-shaped links, gloo on CPU), or on this machine (``torchrun --standalone``, NCCL
+when CUDA is present). For a real multi-node cluster, ``calibrate --emit-config DIR`` writes the
+worker's config and prints the command to run under your own launcher; ``calibrate --from`` then
+fits the file it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from placer.errors import InputError, PlacerError
+from placer.spec.cluster import Cluster
+from placer.spec.profile import LinkProfile
+
+if TYPE_CHECKING:
+    from placer.verify.calibrate import CalibrationResult
+    from placer.verify.runner import Launcher
+    from placer.verify.session import CandidateResult
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def _launcher(emulate: str | None, inter_node_mbit: float | None, nproc: int | None,
+              default_nproc: int) -> Launcher:
+    from placer.verify.emulate import parse_emulate_spec
+    from placer.verify.runner import EmulatedLauncher, LocalLauncher
+
+    if emulate is not None:
+        if nproc is not None:
+            raise InputError("--nproc", nproc, "use either --emulate or --nproc, not both")
+        nodes, gpus = parse_emulate_spec(emulate)
+        return EmulatedLauncher(nodes, gpus, inter_node_mbit)
+    if inter_node_mbit is not None:
+        raise InputError("--inter-node-mbit", inter_node_mbit, "it shapes --emulate links; "
+                         "add --emulate NODESxGPUS")
+    return LocalLauncher(nproc if nproc is not None else default_nproc)
+
+
+def _cuda_devices() -> int:
+    try:
+        import torch
+    except ImportError:
+        raise PlacerError("calibrate and verify need torch: pip install 'placer[verify]'") from None
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@contextmanager
+def _work_dir(given: Path | None, prefix: str) -> Iterator[tuple[Path, list[bool]]]:
+    """The given directory (kept), or a temporary one removed unless ``keep[0]`` is set."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given, [True]
+        return
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    keep = [False]
+    try:
+        yield path, keep
+    finally:
+        if not keep[0]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_profile(path: Path, profile: LinkProfile) -> None:
+    from placer.verify.calibrate import profile_yaml
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(profile_yaml(profile), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise PlacerError(f"--out: cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _say(text: str, to_stderr: bool) -> None:
+    click.echo(text, err=to_stderr)
+
+
+def _emulated_or(cluster_ref: str | None, emulate: str | None, mbit: float | None,
+                 nproc: int, cuda: bool) -> Cluster:
+    """The cluster whose GPU peak GEMM efficiency is measured against."""
+    from placer.spec.presets import load_cluster
+    from placer.verify.cpu_cluster import emulated_cluster
+    from placer.verify.emulate import parse_emulate_spec
+
+    if cluster_ref is not None:
+        return load_cluster(cluster_ref)
+    if emulate is not None:
+        return emulated_cluster(*parse_emulate_spec(emulate), mbit)
+    if cuda:
+        raise InputError("--cluster", None, "on GPUs, name the cluster (preset or file) so GEMM "
+                         "efficiency is measured against its GPU's peak")
+    return emulated_cluster(1, nproc, None)
+
+
+def run_calibration(launcher: Launcher, cluster: Cluster, work_dir: Path, largest: int | None,
+                    timeout_s: float, cuda: bool) -> CalibrationResult:
+    """Sweep, fit, and return the CalibrationResult (shared by calibrate and verify)."""
+    from placer.verify.calibrate import calibrate_from_bench, default_sweep, gemm_only, run_bench
+
+    sweep = default_sweep(cuda, largest)
+    bench = run_bench(launcher, sweep, work_dir, timeout_s)
+    gpu = cluster.node_types[0].gpu
+    if bench["world_size"] < 2:
+        return gemm_only(bench, gpu, cluster.name)
+    return calibrate_from_bench(bench, gpu, cluster.name, str(work_dir / "bench.json"))
+
+
+# ------------------------------------------------------------------ calibrate
+
+
+@click.command("calibrate")
+@click.option("--emulate", metavar="NODESxGPUS",
+              help="emulate a cluster here: one network namespace per node, gloo on CPU")
+@click.option("--inter-node-mbit", type=click.FloatRange(min=0, min_open=True), metavar="R",
+              help="rate of each emulated node's link (tbf), Mbit/s; unshaped if absent")
+@click.option("--nproc", type=click.IntRange(min=1), metavar="N",
+              help="ranks of a local torchrun --standalone (default: CUDA devices, or 2)")
+@click.option("--cluster", "cluster_ref", metavar="C",
+              help="cluster preset or file whose GPU peak the GEMM efficiency is relative to "
+                   "(default with --emulate or on CPU: the emulated CPU cluster)")
+@click.option("--max-message-mib", type=click.IntRange(min=1), metavar="M",
+              help="largest message (default: 16 MiB on CPU, 256 MiB on GPUs)")
+@click.option("--full-sweep", is_flag=True, help="messages up to 256 MiB even on CPU")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="write the link profile (YAML) here, for --profile")
+@click.option("--json", "as_json", is_flag=True,
+              help="print the fitted profile as JSON on stdout (residuals go to stderr)")
+@click.option("--from", "from_path", type=click.Path(path_type=Path), metavar="BENCH.json",
+              help="fit measurements already taken (by the worker under your own launcher)")
+@click.option("--emit-config", type=click.Path(path_type=Path), metavar="DIR",
+              help="write the worker config to DIR and print the command for a real cluster")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S,
+              show_default=True, help="time limit of the measuring run")
+@click.option("--work-dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="keep the worker's config, measurements and logs here")
+def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc: int | None,
+                      cluster_ref: str | None, max_message_mib: int | None, full_sweep: bool,
+                      out_path: Path | None, as_json: bool, from_path: Path | None,
+                      emit_config: Path | None, timeout_s: float, work_dir: Path | None) -> None:
+    """Measure collectives (inside and across nodes) and GEMMs; fit a link profile.
+
+    Example: placer calibrate --emulate 2x2 --inter-node-mbit 400 --out profile.yaml
+    """
+    from placer.verify.calibrate import (
+        GPU_LARGEST_MESSAGE_BYTES,
+        MIB,
+        bench_config,
+        calibrate_from_bench,
+        default_sweep,
+        gemm_only,
+        load_bench,
+        profile_document,
+        report_lines,
+    )
+    from placer.verify.runner import torchrun_hint
+
+    largest = GPU_LARGEST_MESSAGE_BYTES if full_sweep else (
+        max_message_mib * MIB if max_message_mib else None)
+    if from_path is not None:
+        bench = load_bench(from_path)
+        cluster = _emulated_or(cluster_ref, emulate, inter_node_mbit, bench["world_size"],
+                               bench.get("backend") == "nccl")
+        gpu = cluster.node_types[0].gpu
+        cal = (gemm_only(bench, gpu, cluster.name) if bench["world_size"] < 2
+               else calibrate_from_bench(bench, gpu, cluster.name, str(from_path)))
+    elif emit_config is not None:
+        if cluster_ref is None:
+            raise InputError("--cluster", None, "--emit-config needs the cluster it will run on")
+        from placer.spec.presets import load_cluster
+
+        cluster = load_cluster(cluster_ref)
+        node_type = cluster.node_types[0]
+        config = bench_config(default_sweep(True, largest), cluster.num_nodes,
+                              node_type.gpus_per_node, timeout_s=timeout_s)
+        emit_config.mkdir(parents=True, exist_ok=True)
+        config_path = emit_config / "bench_config.json"
+        config_path.write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+        argv = ["-m", "placer.verify.workers.bench", str(config_path), str(emit_config)]
+        click.echo(f"wrote {config_path}; on every node (placer installed) run:")
+        click.echo("  " + torchrun_hint(cluster.num_nodes, node_type.gpus_per_node, argv))
+        click.echo(f"then: placer calibrate --from {emit_config / 'bench.json'} "
+                   f"--cluster {cluster_ref} --out profile.yaml")
+        return
+    else:
+        cuda = _cuda_devices() > 0
+        default_nproc = _cuda_devices() if cuda else 2
+        cluster = _emulated_or(cluster_ref, emulate, inter_node_mbit, nproc or default_nproc,
+                               cuda and emulate is None)
+        with _work_dir(work_dir, "placer-calibrate-") as (where, keep), \
+                _launcher(emulate, inter_node_mbit, nproc, default_nproc) as launcher:
+            _say(f"calibrating on {launcher.description}", as_json)
+            try:
+                cal = run_calibration(launcher, cluster, where, largest, timeout_s,
+                                      cuda and emulate is None)
+            except PlacerError:
+                keep[0] = True
+                raise
+    for line in report_lines(cal):
+        _say(line, as_json)
+    profile = cal.profile
+    if out_path is not None:
+        _write_profile(out_path, profile)
+        _say(f"wrote {out_path}", as_json)
+    if as_json:
+        click.echo(json.dumps(profile_document(profile), indent=2))
+
+
+# ------------------------------------------------------------------ verify
+
+
+@click.command("verify")
+@click.argument("plan_path", metavar="PLAN.json", type=click.Path(path_type=Path))
+@click.option("--top", "top_k", type=click.IntRange(1, 50), default=3, show_default=True,
+              metavar="K", help="how many of the plan's candidates to run (best first)")
+@click.option("--emulate", metavar="NODESxGPUS",
+              help="emulate the plan's cluster here: network namespaces, gloo on CPU")
+@click.option("--inter-node-mbit", type=click.FloatRange(min=0, min_open=True), metavar="R",
+              help="rate of each emulated node's link (tbf), Mbit/s; unshaped if absent")
+@click.option("--nproc", type=click.IntRange(min=1), metavar="N",
+              help="ranks of a local torchrun --standalone (default: the plan's GPU count)")
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="link profile to predict with (default: calibrate on the same ranks first)")
+@click.option("--scale", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True, help="shrink every message and the compute by this factor")
+@click.option("--steps", type=click.IntRange(1, 1000), default=5, show_default=True,
+              help="timed steps per candidate (after --warmup-steps)")
+@click.option("--warmup-steps", type=click.IntRange(0, 100), default=1, show_default=True)
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=180.0, show_default=True,
+              help="time limit of each candidate's run (and of the calibration)")
+@click.option("--calibrate", "refit", is_flag=True,
+              help="refit the profile from the replays, re-predict and re-rank")
+@click.option("--save-profile", type=click.Path(path_type=Path), metavar="FILE",
+              help="with --calibrate: write the refitted profile (YAML)")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="write the results JSON here, updated as each candidate finishes")
+@click.option("--json", "as_json", is_flag=True, help="print the results as JSON on stdout")
+@click.option("--work-dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="keep launch files, replay programs, measurements and logs here")
+def verify_command(plan_path: Path, top_k: int, emulate: str | None,
+                   inter_node_mbit: float | None, nproc: int | None, profile_path: Path | None,
+                   scale: float, steps: int, warmup_steps: int, timeout_s: float, refit: bool,
+                   save_profile: Path | None, out_path: Path | None, as_json: bool,
+                   work_dir: Path | None) -> None:
+    """Run the plan's top candidates for real and compare measured with predicted step times.
+
+    Example: placer verify examples/emulated-2x2/plan.json --emulate 2x2 --inter-node-mbit 400
+    """
+    from placer.cli.launch_command import load_plan
+    from placer.spec.profile import load_link_profile
+    from placer.verify.output import candidate_line, render, results_document
+    from placer.verify.session import VerifyOptions, verify_plan
+
+    if save_profile is not None and not refit:
+        raise InputError("--save-profile", str(save_profile), "it writes the --calibrate refit; "
+                         "add --calibrate")
+    plan = load_plan(plan_path)
+    profile = load_link_profile(profile_path) if profile_path is not None else None
+    options = VerifyOptions(top_k=top_k, scale=scale, steps=steps, warmup_steps=warmup_steps,
+                            candidate_timeout_s=timeout_s, refit=refit)
+    cuda = _cuda_devices() > 0
+    with _work_dir(work_dir, "placer-verify-") as (where, keep), \
+            _launcher(emulate, inter_node_mbit, nproc, plan.candidates[0].layout.num_gpus
+                      if plan.candidates else 1) as launcher:
+        _say(f"verifying {plan_path} on {launcher.description}", as_json)
+        _note_rate_mismatch(plan.cluster, emulate, inter_node_mbit, as_json)
+        source = str(profile_path) if profile_path else "calibrated before the replays"
+        if profile is None:
+            cal = run_calibration(launcher, plan.cluster, where / "calibration", None,
+                                  timeout_s, cuda and emulate is None)
+            profile = cal.profile
+            for line in _short_fits(cal):
+                _say(line, as_json)
+
+        def arrived(result: CandidateResult, so_far: list[CandidateResult]) -> None:
+            _say(candidate_line(result), as_json)
+            if out_path is not None:
+                _write_json(out_path, results_document(str(plan_path), launcher.description,
+                                                       options, source, so_far, None, None))
+
+        results, summary, fb = verify_plan(plan, launcher, profile, options, where, arrived)
+        doc = results_document(str(plan_path), launcher.description, options, source, results,
+                               summary, fb)
+        if any(r.status != "ok" for r in results):
+            keep[0] = True
+            _say(f"logs of the failed candidates are in {where}", as_json)
+    if out_path is not None:
+        _write_json(out_path, doc)
+    if save_profile is not None and fb is not None:
+        _write_profile(save_profile, fb.profile)
+        _say(f"wrote {save_profile}", as_json)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for line in render(doc):
+            click.echo(line)
+    if not any(r.status == "ok" for r in results):
+        sys.exit(1)
+
+
+def _short_fits(cal: CalibrationResult) -> list[str]:
+    lines = []
+    for f in cal.collectives:
+        if f.in_profile and f.is_default:
+            lines.append(f"calibrated {f.link_class}: latency {f.fit.latency_s * 1e6:.0f} us, "
+                         f"bus bw {f.fit.bandwidth_bytes_per_s / 1e6:.1f} MB/s "
+                         f"(rms residual {f.fit.rms_residual:.0%})")
+    if cal.gemm is not None:
+        lines.append(f"calibrated GEMM: max efficiency {cal.gemm.profile.max_efficiency:.3f}")
+    return lines
+
+
+def _note_rate_mismatch(cluster: Cluster, emulate: str | None, mbit: float | None,
+                        quiet_stdout: bool) -> None:
+    if emulate is None or mbit is None:
+        return
+    rates = {nic.rate_gbps * 1000 for t in cluster.node_types for nic in t.nics}
+    if rates and rates != {mbit}:
+        _say(f"note: the plan's cluster has {sorted(rates)} Mbit/s NICs but the emulated links "
+             f"run at {mbit:g} Mbit/s; predictions use the plan's cluster", quiet_stdout)
+
+
+def _write_json(path: Path, doc: dict[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise PlacerError(f"--out: cannot write {path}: {exc.strerror or exc}") from None
+
+
+COMMANDS = [calibrate_command, verify_command]

@@ -1,0 +1,153 @@
+"""``verify --calibrate``: refit the link profile from what the replays measured.
+
+A replay times every communication op under the candidate's real concurrency (two TP groups
+sharing one NIC, ranks sharing cores), which the one-group-at-a-time calibration does not see.
+Each measured op becomes a point of the same least-squares problem calibrate solves
+(``time = c1 x latency + c2 x bytes / bandwidth``, placer/verify/calibrate.py), per profile link
+class and collective. A replay usually has one or two sizes per collective, which cannot pin down
+two parameters, so the fit frees only what the points are sensitive to: both when their
+latency and bandwidth shares differ enough, else the term that dominates them, the other held at
+its current value. GEMM efficiency is refitted from the stand-in's measured call time.
+
+Ops that cannot be attributed to one link class are left out and listed: pipeline receives
+(their time includes waiting for the previous stage) and groups that span nodes with several
+ranks per node (their time mixes both classes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from placer.cost.collectives import GroupLinkLike
+from placer.spec.profile import GemmProfile, LinkClassProfile, LinkMeasurement, LinkProfile
+from placer.verify.calibrate import coefficients
+from placer.verify.fit import AlphaBetaFit, TimedPoint, fit_alpha_beta
+
+# Free both parameters only when the points' bandwidth shares (bytes term / predicted time)
+# span at least this much; otherwise one term explains them all and the other is unidentified.
+MIN_SHARE_SPREAD = 0.3
+
+
+@dataclass(frozen=True)
+class OpSample:
+    """One op kind of one candidate: its group, size and measured per-call time."""
+
+    candidate: int
+    collective: str
+    dimension: str
+    message_bytes: int
+    group_size: int
+    link: GroupLinkLike
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class GemmSample:
+    candidate: int
+    flops: float
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class Refit:
+    """One refitted (link class, collective) and the points behind it."""
+
+    link_class: str
+    collective: str
+    freed: str  # "latency and bandwidth", "bandwidth" or "latency"
+    before: LinkMeasurement
+    fit: AlphaBetaFit
+    points: tuple[TimedPoint, ...]
+    candidates: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Feedback:
+    profile: LinkProfile
+    refits: tuple[Refit, ...]
+    gemm_before: float | None
+    gemm_after: float | None
+    skipped: tuple[str, ...]
+
+
+def profile_class(link: GroupLinkLike) -> str | None:
+    """The profile section an op's time measures, or None if it mixes classes."""
+    if link.size <= 1:
+        return None
+    if link.link_class != "network" or link.num_nodes <= 1:
+        return "intra_node"
+    return "inter_node" if link.max_gpus_per_node == 1 else None
+
+
+def _section(profile: LinkProfile, name: str) -> LinkClassProfile | None:
+    return profile.intra_node if name == "intra_node" else profile.inter_node
+
+
+def _plain(measurement: LinkMeasurement) -> LinkMeasurement:
+    """Just the (latency, bandwidth) pair of a measurement or a class default."""
+    return LinkMeasurement(latency_s=measurement.latency_s,
+                           bandwidth_bytes_per_s=measurement.bandwidth_bytes_per_s)
+
+
+def _fit_one(points: Sequence[TimedPoint], before: LinkMeasurement, what: str
+             ) -> tuple[AlphaBetaFit, str]:
+    shares = []
+    for p in points:
+        bw_s = p.bytes_coeff / before.bandwidth_bytes_per_s
+        shares.append(bw_s / (bw_s + p.latency_coeff * before.latency_s))
+    if max(shares) - min(shares) >= MIN_SHARE_SPREAD:
+        return fit_alpha_beta(points, what=what), "latency and bandwidth"
+    if sorted(shares)[len(shares) // 2] >= 0.5:
+        return fit_alpha_beta(points, what=what, latency_s=before.latency_s), "bandwidth"
+    return (fit_alpha_beta(points, what=what, bandwidth_bytes_per_s=before.bandwidth_bytes_per_s),
+            "latency")
+
+
+def refit_profile(profile: LinkProfile, ops: Sequence[OpSample], gemm: Sequence[GemmSample],
+                  peak_flops: float) -> Feedback:
+    """A new profile: the refitted entries replace (as per-collective overrides) the old ones."""
+    grouped: dict[tuple[str, str], list[tuple[OpSample, TimedPoint]]] = {}
+    skipped: list[str] = []
+    for op in ops:
+        if op.dimension == "pp":
+            continue  # a pipeline receive waits for the previous stage's compute
+        name = profile_class(op.link)
+        if name is None or _section(profile, name) is None:
+            skipped.append(f"candidate {op.candidate}: {op.dimension} {op.collective} over "
+                           f"{op.group_size} ranks spans nodes with several ranks per node")
+            continue
+        c1, c2 = coefficients(op.collective, op.group_size)
+        grouped.setdefault((name, op.collective), []).append(
+            (op, TimedPoint(op.message_bytes, op.measured_s, c1, c2 * op.message_bytes)))
+    refits: list[Refit] = []
+    sections: dict[str, LinkClassProfile] = {}
+    for name in ("intra_node", "inter_node"):
+        section = _section(profile, name)
+        if section is None:
+            continue
+        overrides = dict(section.collectives)
+        for (cls, collective), entries in sorted(grouped.items()):
+            if cls != name:
+                continue
+            before = section.for_collective(collective)
+            points = tuple(point for _, point in entries)
+            fit, freed = _fit_one(points, before, f"replay {name} {collective}")
+            refits.append(Refit(name, collective, freed, _plain(before),
+                                fit, points, tuple(sorted({op.candidate for op, _ in entries}))))
+            overrides[collective] = LinkMeasurement(  # type: ignore[index]
+                latency_s=fit.latency_s, bandwidth_bytes_per_s=fit.bandwidth_bytes_per_s)
+        sections[name] = section.model_copy(update={"collectives": overrides})
+    gemm_before = profile.gemm.max_efficiency if profile.gemm else None
+    new_gemm = profile.gemm
+    if gemm and profile.gemm is not None:
+        half = profile.gemm.half_efficiency_flops or 0.0
+        # time = (F + F_half) / (peak x eff) = a / eff with a = (F + F_half) / peak; the
+        # relative least squares over samples gives 1/eff = sum(a_i/t_i) / sum((a_i/t_i)^2).
+        ratios = [(g.flops + half) / (peak_flops * g.measured_s) for g in gemm]
+        eff = sum(r * r for r in ratios) / sum(ratios)
+        new_gemm = GemmProfile(**{**profile.gemm.model_dump(), "max_efficiency": min(1.0, eff)})
+    updated = profile.model_copy(update={**sections, "gemm": new_gemm})
+    return Feedback(LinkProfile.model_validate(updated.model_dump()), tuple(refits),
+                    gemm_before, new_gemm.max_efficiency if new_gemm else None,
+                    tuple(dict.fromkeys(skipped)))

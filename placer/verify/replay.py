@@ -1,0 +1,343 @@
+"""One training step of a candidate, as a program every rank can replay, and its predicted time.
+
+The program is built from the cost model's own account of the step (``Estimate.collectives`` and
+``Estimate.breakdown``), every size multiplied by ``scale``:
+
+- per micro-batch and layer, a compute stand-in (``n x n`` GEMMs worth the predicted compute time)
+  followed by that layer's TP collectives, MoE all-to-alls and CP K/V exchanges, forward then
+  backward (with full recomputation a third of the per-layer calls are the backward's redo);
+- stage-boundary activations and gradients sent between pipeline stages in 1F1B order
+  (interleaved schedules are replayed as plain 1F1B);
+- ZeRO-3 parameter gathers per micro-batch, and the DP/ZeRO gradient collectives at the end.
+
+Nothing overlaps in the replay, so the prediction of *what the replay runs* is a simulation of
+these programs with each op timed by the cost model (placer/cost/collectives.py on the group's
+links, with the link profile) at the replay's sizes: collectives wait for their group, a receive
+for its send, and the step ends when the slowest stage does. The optimizer step is not replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from placer.cost import collectives as coll
+from placer.cost.collectives import CollectiveTime, GroupLinkLike
+from placer.cost.compute import gemm_time
+from placer.cost.groups import GroupLinks
+from placer.cost.params import stage_shapes
+from placer.cost.profile import Calibration
+from placer.errors import PlacerError
+from placer.spec.job import Job
+from placer.spec.layout import Layout
+from placer.spec.model import Model
+from placer.spec.results import CollectiveCost, Estimate
+from placer.verify.workers.sizes import real_bytes
+
+REPLAY_FORMAT = "placer-replay/1"
+# Square GEMM sizes the stand-in may use; the largest whose call fits 4 times in the smallest
+# compute chunk is chosen, so rounding a chunk to whole calls costs at most ~12 %.
+GEMM_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+CALLS_PER_CHUNK = 4
+# The backward pass of a layer does about twice the forward's GEMM work (dgrad + wgrad).
+FORWARD_SHARE = 1.0 / 3.0
+# Rank-map group each cost-model dimension runs on ("dp" in the cost model is the dp x cp
+# gradient group; ZeRO shards over it too).
+GROUP_OF_DIMENSION = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp",
+                      "zero": "dp_cp", "edp": "edp"}
+COLLECTIVE_FUNCTIONS = {
+    "all_reduce": coll.all_reduce, "all_gather": coll.all_gather,
+    "reduce_scatter": coll.reduce_scatter, "all_to_all": coll.all_to_all,
+    "send_recv": coll.send_recv,
+}
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """One distinct communication op of the replay: a collective of one size on one group."""
+
+    id: int
+    dimension: str
+    collective: str
+    message_bytes: int
+    group_size: int
+    group: str
+    link_class: str
+    time_s: float
+
+    def document(self) -> dict[str, Any]:
+        return {"id": self.id, "dimension": self.dimension, "collective": self.collective,
+                "bytes": self.message_bytes, "group_size": self.group_size, "group": self.group,
+                "link_class": self.link_class, "predicted_s": self.time_s}
+
+
+Op = tuple[str, int]
+"""("g", calls): GEMMs; ("c", kind): collective; ("x", kind): CP ring exchange;
+("s"/"r", kind): activation send to / receive from the next / previous stage;
+("S"/"R", kind): gradient send to / receive from the previous / next stage."""
+
+
+@dataclass(frozen=True)
+class ReplayProgram:
+    """Every stage's op list for one step, the op kinds, and the simulated step time."""
+
+    layout: Layout
+    scale: float
+    microbatches: int
+    layers: int
+    kinds: tuple[OpKind, ...]
+    stages: tuple[tuple[Op, ...], ...]
+    gemm_n: int
+    gemm_call_s: float
+    predicted_step_s: float
+    predicted_parts: dict[str, float] = field(default_factory=dict)
+    kind_links: tuple[GroupLinkLike, ...] = field(default=(), compare=False, repr=False)
+
+    def document(self) -> dict[str, Any]:
+        """What the replay worker reads (besides the rank map)."""
+        return {"format": REPLAY_FORMAT, "gemm_n": self.gemm_n,
+                "kinds": [k.document() for k in self.kinds],
+                "stages": [[list(op) for op in ops] for ops in self.stages]}
+
+
+def _split(total: int, slots: int) -> list[int]:
+    """``total`` calls over ``slots`` positions as evenly as whole numbers allow."""
+    return [((k + 1) * total) // slots - (k * total) // slots for k in range(slots)]
+
+
+def link_for(row: CollectiveCost, links: GroupLinks) -> tuple[str, GroupLinkLike]:
+    """The group a ledger row runs on: its dimension's, or the expert-dp group for expert
+    gradients (the ledger keeps both under "dp" and tells them apart by group size)."""
+    key = "dp" if row.dimension == "zero" else row.dimension
+    link = links.get(key)
+    if link is not None and link.size == row.group_size:
+        return key, link
+    if key == "dp" and "edp" in links and links["edp"].size == row.group_size:
+        return "edp", links["edp"]
+    raise PlacerError(f"the estimate's {row.dimension} {row.collective} (group of "
+                      f"{row.group_size}) has no matching group among {sorted(links)}")
+
+
+def time_call(collective: str, link: GroupLinkLike, nbytes: int, calib: Calibration
+              ) -> CollectiveTime:
+    """The cost model's time of one call of ``nbytes`` on ``link``."""
+    return COLLECTIVE_FUNCTIONS[collective](link, nbytes, calib)
+
+
+def gemm_call_s(n: int, calib: Calibration, precision: str) -> float:
+    """The cost model's time of one ``n x n x n`` GEMM (placer/cost/compute.py)."""
+    return gemm_time(2.0 * n**3, calib.peak_flops(precision), calib.gemm_efficiency(precision),
+                     calib.gemm.half_efficiency_flops or 0.0)
+
+
+def compute_chunks_s(est: Estimate, model: Model, job: Job, scale: float
+                     ) -> tuple[float, float, int, int]:
+    """(forward, backward) compute seconds of one layer and micro-batch, scaled; m; layers.
+
+    The worst stage's compute (what the breakdown reports) spread over its layers; every stage
+    replays it, so stages are even.
+    """
+    layers = max(shape.layers for shape in stage_shapes(model, est.layout))
+    m = max(1, est.layout.num_microbatches(job.global_batch_size))
+    per = scale / (m * layers)
+    forward = est.breakdown.compute_s * FORWARD_SHARE * per
+    backward = (est.breakdown.compute_s * (1 - FORWARD_SHARE) + est.breakdown.recompute_s) * per
+    return forward, backward, m, layers
+
+
+def choose_gemm_n(min_chunk_s: float, calib: Calibration, precision: str) -> int:
+    """Largest GEMM size whose call fits ``CALLS_PER_CHUNK`` times in the smallest chunk."""
+    chosen = GEMM_SIZES[0]
+    for n in GEMM_SIZES:
+        if gemm_call_s(n, calib, precision) * CALLS_PER_CHUNK <= min_chunk_s:
+            chosen = n
+    return chosen
+
+
+class _Kinds:
+    """Distinct op kinds in first-use order, each timed once by the cost model."""
+
+    def __init__(self, links: GroupLinks, calib: Calibration) -> None:
+        self.links, self.calib = links, calib
+        self.kinds: list[OpKind] = []
+        self.kind_links: list[GroupLinkLike] = []
+        self._index: dict[tuple[str, str, int, str], int] = {}
+
+    def get(self, dimension: str, collective: str, nbytes: float, key: str,
+            link: GroupLinkLike) -> int:
+        size = real_bytes(collective, max(1, round(nbytes)), link.size)
+        ident = (dimension, collective, size, key)
+        if ident not in self._index:
+            one = time_call(collective, link, size, self.calib)
+            self._index[ident] = len(self.kinds)
+            self.kinds.append(OpKind(len(self.kinds), dimension, collective, size, link.size,
+                                     GROUP_OF_DIMENSION[key], link.link_class, one.time_s))
+            self.kind_links.append(link)
+        return self._index[ident]
+
+
+@dataclass
+class _Layer:
+    """Ops of one layer in one pass, before and after its compute."""
+
+    forward: list[Op] = field(default_factory=list)
+    backward: list[Op] = field(default_factory=list)
+
+
+def _per_layer_ops(rows: Sequence[CollectiveCost], kinds: _Kinds, layout: Layout, m: int,
+                   layers: int, scale: float) -> tuple[list[list[_Layer]], list[Op], list[Op],
+                                                       list[Op], int | None, int | None]:
+    """Split the ledger into per-(micro-batch, layer) ops, per-micro-batch ZeRO ops, end-of-step
+    DP ops, and the pipeline's activation / gradient kinds."""
+    grid = [[_Layer() for _ in range(layers)] for _ in range(m)]
+    zero_fwd: list[Op] = []
+    zero_bwd: list[Op] = []
+    end: list[Op] = []
+    act = grad = None
+    full = layout.recompute == "full"
+    for row in rows:
+        key, link = link_for(row, kinds.links)
+        kind = kinds.get(row.dimension, row.collective, row.message_bytes * scale, key, link)
+        if row.dimension in ("tp", "ep", "cp"):
+            op: Op = ("x", kind) if row.dimension == "cp" else ("c", kind)
+            slots = _split(row.calls_per_step, m * layers)
+            for index, calls in enumerate(slots):
+                layer = grid[index // layers][index % layers]
+                if row.dimension == "cp":
+                    forward = calls // (4 if full else 3)
+                else:
+                    forward = calls // (3 if full else 2)
+                layer.forward += [op] * forward
+                layer.backward += [op] * (calls - forward)
+        elif row.dimension == "pp":
+            act = grad = kind
+        elif row.dimension == "zero" and row.collective == "all_gather":
+            zero_fwd.append(("c", kind))
+            zero_bwd.append(("c", kind))
+        elif row.dimension == "zero":
+            zero_bwd.append(("c", kind))
+        else:  # dp: the gradient reduction (and parameter gather) once per step
+            end += [("c", kind)] * row.calls_per_step
+    return grid, zero_fwd, zero_bwd, end, act, grad
+
+
+def _stage_program(stage: int, stages: int, m: int, grid: list[list[_Layer]],
+                   gemm_fwd: int, gemm_bwd: int, zero_fwd: list[Op], zero_bwd: list[Op],
+                   end: list[Op], act: int | None, grad: int | None) -> list[Op]:
+    """1F1B: warm-up forwards, then one forward and one backward at a time, then the rest."""
+    ops: list[Op] = []
+
+    def forward(mb: int) -> None:
+        if stage > 0 and act is not None:
+            ops.append(("r", act))
+        ops.extend(zero_fwd)
+        for layer in grid[mb]:
+            if gemm_fwd:
+                ops.append(("g", gemm_fwd))
+            ops.extend(layer.forward)
+        if stage < stages - 1 and act is not None:
+            ops.append(("s", act))
+
+    def backward(mb: int) -> None:
+        if stage < stages - 1 and grad is not None:
+            ops.append(("R", grad))
+        for layer in reversed(grid[mb]):
+            if gemm_bwd:
+                ops.append(("g", gemm_bwd))
+            ops.extend(layer.backward)
+        ops.extend(zero_bwd)
+        if stage > 0 and grad is not None:
+            ops.append(("S", grad))
+
+    warmup = min(stages - stage - 1, m)
+    for mb in range(warmup):
+        forward(mb)
+    for k in range(m - warmup):
+        forward(warmup + k)
+        backward(k)
+    for mb in range(m - warmup, m):
+        backward(mb)
+    ops.extend(end)
+    return ops
+
+
+def build_program(est: Estimate, model: Model, job: Job, links: GroupLinks, calib: Calibration,
+                  scale: float, gemm_n: int) -> ReplayProgram:
+    """The replay of ``est`` at ``scale``, with its predicted (simulated) step time."""
+    if not 0 < scale <= 1:
+        raise PlacerError(f"--scale: {scale} is not valid; use a factor in (0, 1]")
+    layout = est.layout
+    fwd_s, bwd_s, m, layers = compute_chunks_s(est, model, job, scale)
+    call_s = gemm_call_s(gemm_n, calib, job.precision)
+    gemm_fwd, gemm_bwd = round(fwd_s / call_s), round(bwd_s / call_s)
+    kinds = _Kinds(links, calib)
+    grid, zero_fwd, zero_bwd, end, act, grad = _per_layer_ops(
+        est.collectives, kinds, layout, m, layers, scale)
+    stages = tuple(tuple(_stage_program(s, layout.pp, m, grid, gemm_fwd, gemm_bwd, zero_fwd,
+                                        zero_bwd, end, act, grad)) for s in range(layout.pp))
+    program = ReplayProgram(layout=layout, scale=scale, microbatches=m, layers=layers,
+                            kinds=tuple(kinds.kinds), stages=stages, gemm_n=gemm_n,
+                            gemm_call_s=call_s, predicted_step_s=0.0,
+                            kind_links=tuple(kinds.kind_links))
+    step, parts = simulate(program, [k.time_s for k in program.kinds], call_s)
+    return replace(program, predicted_step_s=step, predicted_parts=parts)
+
+
+def repredict(program: ReplayProgram, calib: Calibration, precision: str
+              ) -> tuple[float, dict[str, float]]:
+    """The same program's step time under other hardware figures (e.g. a refitted profile)."""
+    kind_s = [time_call(k.collective, link, k.message_bytes, calib).time_s
+              for k, link in zip(program.kinds, program.kind_links, strict=True)]
+    return simulate(program, kind_s, gemm_call_s(program.gemm_n, calib, precision))
+
+
+def simulate(program: ReplayProgram, kind_s: Sequence[float], gemm_call_s: float
+             ) -> tuple[float, dict[str, float]]:
+    """Step time of ``program`` with per-call op times ``kind_s`` and GEMM call time.
+
+    One clock per stage (ranks of a stage run the same ops and every group but the pipeline's
+    lies within a stage). A send is non-blocking; its receive completes at
+    ``max(posted, sent + transfer)``. Returns the step time and, for the stage that finishes
+    last, the seconds spent per part (compute, each dimension, and waiting).
+    """
+    stages = program.stages
+    clocks = [0.0] * len(stages)
+    position = [0] * len(stages)
+    busy = [dict[str, float]() for _ in stages]
+    # Messages in flight per (from, to) stage pair: FIFO of arrival times.
+    inbox: dict[tuple[int, int], list[float]] = {}
+    kinds = program.kinds
+    progressed = True
+    while progressed:
+        progressed = False
+        for s, ops in enumerate(stages):
+            while position[s] < len(ops):
+                name, arg = ops[position[s]]
+                if name in ("r", "R"):
+                    source = s - 1 if name == "r" else s + 1
+                    queue = inbox.get((source, s))
+                    if not queue:
+                        break  # wait for the sender
+                    arrival = queue.pop(0)
+                    if arrival > clocks[s]:
+                        busy[s]["wait"] = busy[s].get("wait", 0.0) + arrival - clocks[s]
+                        clocks[s] = arrival
+                elif name in ("s", "S"):
+                    target = s + 1 if name == "s" else s - 1
+                    transfer = kind_s[arg]
+                    inbox.setdefault((s, target), []).append(clocks[s] + transfer)
+                else:
+                    if name == "g":
+                        seconds, part = arg * gemm_call_s, "compute"
+                    else:
+                        seconds, part = kind_s[arg], kinds[arg].dimension
+                    busy[s][part] = busy[s].get(part, 0.0) + seconds
+                    clocks[s] += seconds
+                position[s] += 1
+                progressed = True
+    if any(position[s] < len(ops) for s, ops in enumerate(stages)):
+        raise PlacerError("internal: the replay schedule deadlocks (a receive has no send)")
+    last = max(range(len(stages)), key=lambda s: clocks[s])
+    parts = {k: v for k, v in sorted(busy[last].items()) if v > 0}
+    return clocks[last], parts

@@ -1,0 +1,337 @@
+"""``placer verify``: replay the top candidates of a plan, compare with the prediction, learn.
+
+For each candidate: write its launch files (the same ``placer launch`` writes), build the replay
+program at ``scale`` and its predicted time (placer/verify/replay.py), run it under the launcher
+with a time limit, and read back the measured step times and op times. A hang or crash is
+reported for that candidate and the next one runs. Then: Kendall's tau between predicted and
+measured step times, whether the predicted best was the measured best and, with ``refit``, the
+same after refitting the profile from the measurements (placer/verify/feedback.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from placer.cost import calibration_for, estimate
+from placer.cost.groups import GroupLinks, group_links
+from placer.cost.profile import Calibration
+from placer.errors import PlacerError
+from placer.launch import placement_of, write_launch_files
+from placer.launch.rankmap import Placement
+from placer.mesh import order_text, parse_order
+from placer.spec.profile import LinkProfile
+from placer.spec.results import Estimate, Plan
+from placer.topology import topology_of
+from placer.verify.feedback import Feedback, GemmSample, OpSample, refit_profile
+from placer.verify.fit import kendall_tau, median
+from placer.verify.replay import (
+    ReplayProgram,
+    build_program,
+    choose_gemm_n,
+    compute_chunks_s,
+    repredict,
+)
+from placer.verify.runner import Launcher
+
+WORKER = Path(__file__).resolve().parent / "workers" / "replay.py"
+Status = Literal["ok", "timeout", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    top_k: int = 3
+    scale: float = 1.0
+    steps: int = 5
+    warmup_steps: int = 1
+    candidate_timeout_s: float = 180.0
+    refit: bool = False
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A candidate resolved against the cost model: placement, estimate, links, program."""
+
+    index: int
+    placement: Placement
+    estimate: Estimate
+    links: GroupLinks
+    calib: Calibration
+    program: ReplayProgram
+
+
+@dataclass
+class CandidateResult:
+    index: int
+    layout: dict[str, Any]
+    layout_text: str
+    mesh_order: str
+    status: Status
+    predicted_step_s: float
+    estimate_step_s: float
+    plan_step_s: float
+    predicted_parts: dict[str, float]
+    measured_step_s: float | None = None
+    measured_steps_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    error: str | None = None
+    op_measured_s: dict[int, float] = field(default_factory=dict)
+    gemm_call_measured_s: float | None = None
+    after: dict[str, Any] | None = None
+
+    @property
+    def relative_error(self) -> float | None:
+        if self.measured_step_s is None:
+            return None
+        return (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "index": self.index, "layout": self.layout, "layout_text": self.layout_text,
+            "mesh_order": self.mesh_order, "status": self.status,
+            "predicted_step_s": self.predicted_step_s, "measured_step_s": self.measured_step_s,
+            "relative_error": self.relative_error, "measured_steps_s": self.measured_steps_s,
+            "estimate_step_s": self.estimate_step_s, "plan_step_s": self.plan_step_s,
+            "predicted_parts_s": self.predicted_parts, "wall_s": self.wall_s,
+        }
+        if self.error:
+            doc["error"] = self.error
+        if self.after is not None:
+            doc["after_calibration"] = self.after
+        return doc
+
+
+# ------------------------------------------------------------------ preparing
+
+
+def slots_of(placement: Placement) -> list[int]:
+    """GPU slot (the cost model's placement) of every logical index of the candidate's grid."""
+    topo = topology_of(placement.plan.cluster)
+    slots = [0] * placement.world_size
+    for slot in placement.slots:
+        node = placement.nodes[slot.node]
+        slots[slot.logical] = topo.slot_of(node.cluster_node, slot.gpu)
+    return slots
+
+
+def check_shape(placement: Placement, launcher: Launcher) -> str | None:
+    """Why the launcher cannot run this candidate, or None."""
+    per_node = [node.num_ranks for node in placement.nodes]
+    want = [launcher.gpus_per_node] * launcher.num_nodes
+    if per_node != want:
+        return (f"the candidate runs {'+'.join(map(str, per_node))} ranks per node, but "
+                f"{launcher.description} has {'+'.join(map(str, want))}")
+    return None
+
+
+def prepare(plan: Plan, indices: Sequence[int], profile: LinkProfile | None, scale: float
+            ) -> list[Prepared]:
+    """Resolve each candidate and build its replay; one GEMM size for all (comparable)."""
+    base = []
+    for index in indices:
+        placement = placement_of(plan, index)
+        order = parse_order(plan.candidates[index].mesh_order)
+        slots = slots_of(placement)
+        est = estimate(plan.model, plan.cluster, plan.job, placement.layout, order, slots,
+                       profile)
+        links = group_links(plan.cluster, placement.layout, order, slots)
+        base.append((index, placement, est, links, calibration_for(plan.cluster, profile)))
+    chunks = []
+    for _, _, est, _, _ in base:
+        fwd, bwd, _, _ = compute_chunks_s(est, plan.model, plan.job, scale)
+        chunks += [c for c in (fwd, bwd) if c > 0]
+    calib0 = base[0][4]
+    gemm_n = choose_gemm_n(min(chunks, default=0.0), calib0, plan.job.precision)
+    return [Prepared(index, placement, est, links, calib,
+                     build_program(est, plan.model, plan.job, links, calib, scale, gemm_n))
+            for index, placement, est, links, calib in base]
+
+
+# ------------------------------------------------------------------ running
+
+
+def replay_config(prep: Prepared, job_dir: Path, options: VerifyOptions) -> dict[str, Any]:
+    return {**prep.program.document(), "job_dir": str(job_dir), "backend": "auto",
+            "timeout_s": max(60.0, options.candidate_timeout_s),
+            "warmup_steps": options.warmup_steps, "steps": options.steps}
+
+
+def _base_result(prep: Prepared, plan: Plan) -> CandidateResult:
+    cand = plan.candidates[prep.index]
+    return CandidateResult(
+        index=prep.index, layout=cand.layout.model_dump(mode="json"),
+        layout_text=cand.layout.compact(), mesh_order=order_text(parse_order(cand.mesh_order)),
+        status="skipped", predicted_step_s=prep.program.predicted_step_s,
+        estimate_step_s=prep.estimate.step_time_s, plan_step_s=cand.step_time_s,
+        predicted_parts=dict(prep.program.predicted_parts))
+
+
+def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: VerifyOptions,
+                  work_dir: Path) -> CandidateResult:
+    result = _base_result(prep, plan)
+    why = check_shape(prep.placement, launcher)
+    if why is not None:
+        result.error = why
+        return result
+    cand_dir = work_dir / f"candidate{prep.index}"
+    job_dir, out_dir = cand_dir / "launch", cand_dir / "out"
+    write_launch_files(plan, prep.index, job_dir, force=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("rank*.json"):
+        stale.unlink()
+    config_path = cand_dir / "replay.json"
+    config_path.write_text(json.dumps(replay_config(prep, job_dir, options)))
+    run = launcher.run([str(WORKER), str(config_path), str(out_dir)], cand_dir / "logs",
+                       options.candidate_timeout_s)
+    result.wall_s = run.wall_s
+    if not run.ok:
+        result.status = "timeout" if run.status == "timeout" else "failed"
+        limit = f" (limit {options.candidate_timeout_s:g} s)" if run.status == "timeout" else ""
+        last = run.log_tail.splitlines()[-1] if run.log_tail else ""
+        result.error = f"{run.status}{limit}, exit codes {list(run.exit_codes)}: {last}"
+        return result
+    records = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
+    if len(records) != prep.placement.world_size:
+        result.status = "failed"
+        result.error = f"{len(records)} of {prep.placement.world_size} ranks wrote results"
+        return result
+    steps = records[0]["step_max_s"]
+    result.status = "ok"
+    result.measured_steps_s = steps
+    result.measured_step_s = median(steps)
+    result.op_measured_s = op_times(prep, records)
+    result.gemm_call_measured_s = gemm_call_time(records)
+    return result
+
+
+def op_times(prep: Prepared, records: Sequence[dict[str, Any]]) -> dict[int, float]:
+    """Per op kind, the median over calls of the fastest member's duration in each group.
+
+    A collective ends together on every member, so the last to arrive waited least: its
+    duration is the op's own time, free of the skew that the others' include.
+    """
+    by_rank = {int(r["rank"]): r for r in records}
+    groups = prep.placement.groups
+    out: dict[int, float] = {}
+    for kind in prep.program.kinds:
+        if kind.dimension == "pp":
+            continue
+        samples: list[float] = []
+        for members in groups[kind.group]:
+            per_rank = [by_rank[r]["ops"][str(kind.id)] for r in members]
+            for step in range(len(per_rank[0])):
+                for call in range(len(per_rank[0][step])):
+                    samples.append(min(rec[step][call] for rec in per_rank))
+        if samples:
+            out[kind.id] = median(samples)
+    return out
+
+
+def gemm_call_time(records: Sequence[dict[str, Any]]) -> float | None:
+    """Slowest rank's median per-call GEMM time (a step waits for its slowest rank)."""
+    per_rank = [median([s / r["gemm_calls"] for s in r["gemm_s"]])
+                for r in records if r.get("gemm_calls")]
+    return max(per_rank) if per_rank else None
+
+
+# ------------------------------------------------------------------ comparing
+
+
+def ranking_summary(results: Sequence[CandidateResult], predicted: Callable[
+        [CandidateResult], float]) -> dict[str, Any]:
+    ok = [r for r in results if r.status == "ok" and r.measured_step_s is not None]
+    if not ok:
+        return {"kendall_tau": None, "predicted_best_is_measured_best": None,
+                "max_abs_relative_error": None}
+    pred = [predicted(r) for r in ok]
+    meas = [r.measured_step_s for r in ok if r.measured_step_s is not None]
+    best_pred = ok[min(range(len(ok)), key=lambda i: (pred[i], ok[i].index))].index
+    best_meas = ok[min(range(len(ok)), key=lambda i: (meas[i], ok[i].index))].index
+    errors = [abs(p - m) / m for p, m in zip(pred, meas, strict=True)]
+    return {"kendall_tau": kendall_tau(pred, meas), "predicted_best": best_pred,
+            "measured_best": best_meas, "predicted_best_is_measured_best": best_pred == best_meas,
+            "max_abs_relative_error": max(errors),
+            "median_abs_relative_error": median(errors)}
+
+
+def samples(preps: Sequence[Prepared], results: Sequence[CandidateResult]
+            ) -> tuple[list[OpSample], list[GemmSample]]:
+    by_index = {p.index: p for p in preps}
+    ops: list[OpSample] = []
+    gemms: list[GemmSample] = []
+    for r in results:
+        if r.status != "ok":
+            continue
+        prog = by_index[r.index].program
+        for kind, link in zip(prog.kinds, prog.kind_links, strict=True):
+            if kind.id in r.op_measured_s:
+                ops.append(OpSample(r.index, kind.collective, kind.dimension, kind.message_bytes,
+                                    kind.group_size, link, r.op_measured_s[kind.id]))
+        if r.gemm_call_measured_s:
+            gemms.append(GemmSample(r.index, 2.0 * prog.gemm_n**3, r.gemm_call_measured_s))
+    return ops, gemms
+
+
+def feedback(plan: Plan, profile: LinkProfile, preps: Sequence[Prepared],
+             results: list[CandidateResult]) -> tuple[Feedback, dict[str, Any]]:
+    """Refit from every replay, re-predict each candidate; also leave-one-out predictions."""
+    peak = calibration_for(plan.cluster, profile).peak_flops(plan.job.precision)
+    ops, gemms = samples(preps, results)
+    fb = refit_profile(profile, ops, gemms, peak)
+    calib = calibration_for(plan.cluster, fb.profile)
+    by_index = {p.index: p for p in preps}
+    before = {r.index: r.predicted_step_s for r in results if r.status == "ok"}
+    for r in results:
+        prog = by_index[r.index].program
+        step, parts = repredict(prog, calib, plan.job.precision)
+        r.after = {"predicted_step_s": step, "predicted_parts_s": parts}
+        if r.measured_step_s is not None:
+            r.after["relative_error"] = (step - r.measured_step_s) / r.measured_step_s
+        if r.status == "ok" and len(before) > 1:
+            others = [o for o in ops if o.candidate != r.index]
+            other_gemm = [g for g in gemms if g.candidate != r.index]
+            loo = refit_profile(profile, others, other_gemm, peak)
+            loo_step, _ = repredict(prog, calibration_for(plan.cluster, loo.profile),
+                                    plan.job.precision)
+            r.after["leave_one_out_predicted_step_s"] = loo_step
+    summary = ranking_summary(results, lambda r: r.after["predicted_step_s"] if r.after else 0.0)
+    ok = [r for r in results if r.status == "ok"]
+    after_pred = [r.after["predicted_step_s"] for r in ok if r.after]
+    summary["ranking_change_tau"] = kendall_tau([before[r.index] for r in ok], after_pred)
+    summary["order_before"] = [r.index for r in sorted(ok, key=lambda r: before[r.index])]
+    summary["order_after"] = [r.index for r in sorted(
+        ok, key=lambda r: r.after["predicted_step_s"] if r.after else 0.0)]
+    loo_errors = [abs(r.after["leave_one_out_predicted_step_s"] - r.measured_step_s)
+                  / r.measured_step_s for r in ok
+                  if r.after and "leave_one_out_predicted_step_s" in r.after
+                  and r.measured_step_s]
+    summary["leave_one_out_max_abs_relative_error"] = max(loo_errors) if loo_errors else None
+    return fb, summary
+
+
+def verify_plan(plan: Plan, launcher: Launcher, profile: LinkProfile | None,
+                options: VerifyOptions, work_dir: Path,
+                on_result: Callable[[CandidateResult, list[CandidateResult]], None] | None = None
+                ) -> tuple[list[CandidateResult], dict[str, Any], Feedback | None]:
+    """Run the top ``options.top_k`` candidates; results reach ``on_result`` as they arrive."""
+    if not plan.candidates:
+        raise PlacerError("the plan has no candidates; run recommend-layout again")
+    indices = list(range(min(options.top_k, len(plan.candidates))))
+    preps = prepare(plan, indices, profile, options.scale)
+    results: list[CandidateResult] = []
+    for prep in preps:
+        result = run_candidate(launcher, prep, plan, options, work_dir)
+        results.append(result)
+        if on_result is not None:
+            on_result(result, results)
+    summary = ranking_summary(results, lambda r: r.predicted_step_s)
+    fb = None
+    if options.refit:
+        if profile is None:
+            raise PlacerError("--calibrate needs a link profile to refit (give --profile, or "
+                              "let verify calibrate first)")
+        fb, summary["after_calibration"] = feedback(plan, profile, preps, results)
+    return results, summary, fb

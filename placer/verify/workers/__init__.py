@@ -1,0 +1,1 @@
+"""Scripts that run on every rank under torchrun (torch + stdlib only)."""
