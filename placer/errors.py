@@ -6,6 +6,7 @@ The CLI prints ``error: <message>`` and exits with code 2, with no traceback.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,14 +43,25 @@ def short_repr(value: Any, limit: int = 60) -> str:
 
 
 def from_validation_error(exc: ValidationError, source: str) -> PlacerError:
-    """Turn pydantic's multi-line report into one line about its first problem."""
-    first = exc.errors(include_url=False)[0]
+    """Turn pydantic's multi-line report into one line about its first problem.
+
+    An unknown field comes first: a misspelled required field is also reported missing under its
+    right name, and the misspelling is what the user must fix.
+    """
+    errors = exc.errors(include_url=False)
+    first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     location = ".".join(str(part) for part in first.get("loc", ()) if part != "__root__")
     field = f"{source}.{location}" if location else source
     message = str(first.get("msg", "invalid value"))
     message = message.removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
-        return PlacerError(f"{field}: unknown field; check its spelling against `placer schema`")
+        loc = tuple(first.get("loc", ()))
+        missing = [str(e["loc"][-1]) for e in errors
+                   if e.get("type") == "missing" and tuple(e["loc"][:-1]) == loc[:-1]]
+        close = difflib.get_close_matches(str(loc[-1]) if loc else "", missing, n=1)
+        hint = (f"did you mean {close[0]!r}?" if close
+                else "check its spelling against `placer schema`")
+        return PlacerError(f"{field}: unknown field; {hint}")
     if first.get("type") == "missing":
         return PlacerError(f"{field}: required field is missing")
     value = first.get("input")

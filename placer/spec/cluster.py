@@ -8,7 +8,7 @@ rest of placer sees only healthy GPUs.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -72,11 +72,21 @@ class NIC(Spec):
         return self.rate_gbps * 1e9 / 8
 
 
+def _gpu_or_preset_name(schema: dict[str, Any]) -> None:
+    """JSON schema of ``NodeType.gpu``: a GPU object or, as cluster files have it, a preset name."""
+    from placer.spec.presets import gpu_names
+
+    by_value = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [by_value, {"type": "string", "enum": gpu_names(),
+                                  "description": "a GPU preset name (placer presets)"}]
+
+
 class NodeType(Spec):
     """One kind of server: its GPUs, their fabric, and its NICs."""
 
     name: str = Field(pattern=NAME_PATTERN, max_length=64)
-    gpu: GPU
+    gpu: GPU = Field(json_schema_extra=_gpu_or_preset_name)
     gpus_per_node: int = Field(ge=1, le=1024)
     fabric: IntraNodeFabric
     nics: list[NIC] = Field(default_factory=list)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -86,6 +86,14 @@ def _constraint_value(key: str, raw: str) -> int | str:
     return int(raw)
 
 
+def _constraints_or_strings(schema: dict[str, Any]) -> None:
+    """JSON schema of ``Job.constraints``: objects or the command-line strings, or one string."""
+    text = {"type": "string", "description": "e.g. 'tp<=8', 'pp in 1,2,4', 'zero>=1'"}
+    schema["items"] = {"anyOf": [schema["items"], text]}
+    as_list = {key: schema.pop(key) for key in ("type", "items")}
+    schema["anyOf"] = [as_list, text]
+
+
 class Job(Spec):
     """One training job on one cluster."""
 
@@ -94,7 +102,9 @@ class Job(Spec):
     global_batch_size: int = Field(ge=1, le=100_000_000, description="sequences per step")
     precision: Literal["bf16", "fp8"] = "bf16"
     optimizer: Optimizer = Field(default_factory=Optimizer)
-    constraints: tuple[DegreeConstraint, ...] = ()
+    constraints: tuple[DegreeConstraint, ...] = Field(
+        default=(), json_schema_extra=_constraints_or_strings
+    )
     memory_headroom: float = Field(
         default=0.05, ge=0.0, lt=0.9, description="fraction of GPU memory kept free"
     )

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from placer.errors import InputError
+from placer.errors import InputError, from_validation_error
 from placer.spec.base import Spec
 from placer.spec.job import Job
 from placer.spec.model import Model
@@ -82,7 +82,10 @@ class Layout(Spec):
                     "--layout", text, f"tp*pp*cp = {denominator} does not divide {num_gpus} GPUs"
                 )
             values["dp"] = num_gpus // denominator
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:  # a degree out of range, e.g. tp=0
+            raise from_validation_error(exc, "--layout") from None
 
     def compact(self) -> str:
         """The compact string form, every knob spelled out (parse(compact()) == self)."""
@@ -108,7 +111,7 @@ def _parse_value(field: str, raw: str, part: str) -> object:
         if raw in _FALSE:
             return False
         raise InputError("--layout", part, "sp is on or off")
-    if not raw.isdigit():
+    if not raw.isdigit() or (int(raw) == 0 and field != "zero_stage"):
         raise InputError("--layout", part, f"{field} takes a positive integer")
     return int(raw)
 

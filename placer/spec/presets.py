@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -25,18 +26,35 @@ M = TypeVar("M", bound=BaseModel)
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader that reads ``300.0e9`` and ``1e9`` as numbers, as YAML 1.2 and the editors that
+    check files against ``placer schema`` do (PyYAML's YAML 1.1 makes them strings)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?([0-9][0-9_]*(\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text the way every placer input and preset is read."""
+    return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader: plain data only
+
+
 def _preset_text(name: str) -> str:
     return resources.files("placer.spec").joinpath("presets", name).read_text(encoding="utf-8")
 
 
 @cache
 def _gpu_table() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load(_preset_text("gpus.yaml"))
+    return load_yaml(_preset_text("gpus.yaml"))
 
 
 @cache
 def _model_table() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load(_preset_text("models.yaml"))
+    return load_yaml(_preset_text("models.yaml"))
 
 
 @cache
@@ -74,7 +92,7 @@ def model_preset(name: str) -> Model:
 @cache
 def cluster_preset(name: str) -> Cluster:
     text = _preset_text(f"clusters/{name}.yaml")
-    return Cluster.model_validate(yaml.safe_load(text))
+    return Cluster.model_validate(load_yaml(text))
 
 
 def validated(model_cls: type[M], data: Any, source: str) -> M:
@@ -99,7 +117,7 @@ def read_document(path: Path) -> Any:
         if path.suffix.lower() == ".json":
             data = json.loads(text, parse_constant=_reject_constant)
         else:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
     except json.JSONDecodeError as exc:
         raise PlacerError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     except yaml.YAMLError as exc:
