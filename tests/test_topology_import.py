@@ -111,8 +111,11 @@ def test_pcie_a100_with_nvlink_bridge_pairs() -> None:
     assert imported.node_type.nvlink_domain_size == 2
 
 
-def test_nic_rate_option_and_default() -> None:
+def test_nic_rate_option_overrides_default_and_file() -> None:
     assert {n.rate_gbps for n in _import("dgx_a100.txt", "A100-80GB", 200).node_type.nics} == {200}
+    imported = _import("h100_ibm_cpu0.xml", nic_rate_gbps=400)
+    assert [n.rate_gbps for n in imported.node_type.nics] == [400]
+    assert any("instead of the file's" in note for note in imported.notes)
 
 
 @pytest.mark.parametrize(("file", "gpu", "message"), [
