@@ -1,0 +1,516 @@
+"""How close the cost model comes to published training runs (the calibration set).
+
+Runs every record of ../shared/reference/published-runs.json that has enough detail through
+``placer.cost.estimate`` and prints one row per record (predicted vs reported throughput per GPU),
+then: mean and max absolute percentage error of throughput, the fraction of pairwise layout
+comparisons ordered right, and whether each out-of-memory row is predicted not to fit. Records
+without enough detail are listed with the reason they were skipped.
+
+Throughput is compared as tokens/s per GPU. Sources that report TFLOP/s are converted with their
+own FLOP convention (published-runs README caveat 1): Narayanan et al. 2021 and the BLOOM logs
+count the recomputation forward pass (``96 B s l h^2 (1 + s/6h + V/16lh)``), Megatron-Core's and
+Korthikanti's MFU count model FLOPs (``72 B s l h^2 (1 + s/6h + V/12lh)``).
+
+    .venv/bin/python bench/accuracy.py [--runs PATH] [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from placer.cost import Calibration, calibration_for, estimate_with
+from placer.cost.groups import GroupLinks, group_links
+from placer.cost.options import CostOptions
+from placer.mesh import DEFAULT_ORDER
+from placer.spec import Cluster, Job, Layout, Model, Optimizer
+from placer.spec.layout import layout_problem
+from placer.spec.presets import cluster_preset, gpu_preset, model_preset
+from placer.spec.results import Estimate
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO.parent / "shared" / "reference" / "published-runs.json"
+TARGETS = {"mean": 5.0, "max": 12.0, "pairwise": 90.0}
+MINIMUM = {"mean": 10.0, "max": 25.0, "pairwise": 80.0}
+
+# Model names in the records that match a placer preset (records without dimensions).
+PRESET_NAMES = {
+    "gpt3175b": "gpt3-175b", "llama27b": "llama2-7b", "llama213b": "llama2-13b",
+    "llama270b": "llama2-70b", "llama38b": "llama3-8b", "llama370b": "llama3-70b",
+    "gptoss120b": "gpt-oss-120b", "qwen330ba3b": "qwen3-30b-a3b",
+}
+
+
+@dataclass
+class Case:
+    """One record turned into placer inputs, with what it reported."""
+
+    record_id: str
+    source: str
+    model: Model
+    cluster: Cluster
+    job: Job
+    layout: Layout
+    reported_tps: float  # tokens/s per GPU
+    reported_text: str
+    flops_per_token: float | None  # the source's own convention, for display
+    oom: bool
+    options: CostOptions = field(default_factory=CostOptions)
+    assumptions: list[str] = field(default_factory=list)
+    reported_memory_gib: float | None = None
+
+    @property
+    def family(self) -> str:
+        from placer.cost.profile import gpu_family
+
+        return gpu_family(self.cluster.node_types[0].gpu)
+
+
+@dataclass
+class Outcome:
+    case: Case
+    estimate: Estimate
+
+    @property
+    def predicted_tps(self) -> float:
+        return self.estimate.tokens_per_s / self.case.layout.num_gpus
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_tps - self.case.reported_tps) / self.case.reported_tps
+
+
+class Skip(Exception):
+    """A record without enough detail to run through the model."""
+
+
+# ----- clusters ---------------------------------------------------------------------------------
+
+def _nodes(gpus: int, per_node: int) -> int:
+    return max(1, math.ceil(gpus / per_node))
+
+
+def _jean_zay(nodes: int) -> Cluster:
+    """Jean Zay A100 80GB nodes (BLOOM): NVSwitch board, 4 Omni-Path 100 Gb/s links per node.
+
+    BLOOM README: "8 GPUs with NVLink 4 inter-gpu connects, 4 OmniPath links" on "a dedicated
+    NCCL subnet"; Omni-Path is 100 Gb/s per link; its switch layout is not published, so the
+    fabric is taken as a non-rail-optimised non-blocking tree.
+    """
+    data = cluster_preset("dgx-a100").model_dump()
+    node = data["node_types"][0]
+    node["name"] = "jean-zay-a100"
+    node["nics"] = [{"name": f"hfi1_{i}", "rate_gbps": 100, "gpus": [2 * i, 2 * i + 1]}
+                    for i in range(4)]
+    data.update(name="jean-zay", description="Jean Zay A100 80GB, 4x Omni-Path 100 Gb/s",
+                pools=[{"node_type": "jean-zay-a100", "count": nodes}],
+                network={"kind": "infiniband", "rail_optimized": False, "nodes_per_leaf": 32,
+                         "oversubscription": 1.0})
+    return Cluster.model_validate(data)
+
+
+def _grand_teton(nodes: int) -> Cluster:
+    """Meta Grand Teton (torchtitan): H100 96 GB HBM2e, NVLink, 400 Gb/s RDMA per GPU.
+
+    The 96 GB SKU keeps the 80 GB SKU's visible fraction of its capacity and its HBM bandwidth
+    (not published); its 500 W power limit is not modelled.
+    """
+    base = gpu_preset("H100-SXM-80GB")
+    gpu = base.model_copy(update={"name": "H100-SXM-96GB",
+                                  "memory_bytes": int(base.memory_bytes * 96 / 80)})
+    data = cluster_preset("dgx-h100").model_dump()
+    node = data["node_types"][0]
+    node["name"] = "grand-teton"
+    node["gpu"] = gpu.model_dump()
+    data.update(name="grand-teton", description="Grand Teton H100 96GB, 8x 400 Gb/s RoCE",
+                pools=[{"node_type": "grand-teton", "count": nodes}],
+                network={"kind": "roce", "rail_optimized": True, "nodes_per_leaf": 32,
+                         "oversubscription": 1.0})
+    return Cluster.model_validate(data)
+
+
+def cluster_for(hardware: dict[str, Any]) -> tuple[Cluster, list[str]]:
+    """The cluster a record ran on, from its hardware text."""
+    text = hardware["gpu_type"]
+    gpus = hardware["num_gpus"]
+    per_node = hardware.get("gpus_per_node") or 8
+    nodes = _nodes(gpus, per_node)
+    if text.startswith("A100 80GB (Jean Zay)"):
+        return _jean_zay(nodes), []
+    if text.startswith("A100 80GB"):
+        return cluster_preset("dgx-a100").with_nodes(nodes), []
+    if text.startswith("H100 96GB"):
+        return _grand_teton(nodes), ["H100 96GB: 80GB SKU's HBM bandwidth, 500 W limit ignored"]
+    if text.startswith("H100 (DGX-H100)"):
+        return cluster_preset("dgx-h100").with_nodes(nodes), []
+    if text.startswith("H100"):
+        return cluster_preset("dgx-h100").with_nodes(nodes), ["H100 system taken as DGX H100"]
+    raise Skip(f"no cluster preset for hardware {text!r}")
+
+
+# ----- models -----------------------------------------------------------------------------------
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def model_for(record: dict[str, Any]) -> tuple[Model, list[str]]:
+    spec = record["model"]
+    name = spec["name"]
+    preset = PRESET_NAMES.get(_slug(name))
+    dims = ("num_layers", "hidden_size", "num_attention_heads")
+    if any(spec.get(k) is None for k in dims):
+        if preset is None:
+            raise Skip(f"model {name!r}: no dimensions given and no matching preset")
+        return model_preset(preset), [f"model dims from preset {preset}"]
+    notes: list[str] = []
+    gpt_style = any(word in name.upper() for word in ("GPT", "BLOOM", "OPT"))
+    ffn = spec.get("ffn_hidden_size")
+    if ffn is None:
+        if not gpt_style:
+            raise Skip(f"model {name!r}: ffn_hidden_size not given")
+        ffn = 4 * spec["hidden_size"]
+        notes.append("ffn = 4h (GPT-style)")
+    vocab = spec.get("vocab_size")
+    if vocab is None:
+        if preset is None:
+            raise Skip(f"model {name!r}: vocab_size not given")
+        vocab = model_preset(preset).vocab_size
+    llama_like = any(word in name.upper() for word in ("LLAMA", "MIXTRAL", "QWEN"))
+    model = Model(name=_slug(name) or "model", num_layers=spec["num_layers"],
+                  hidden_size=spec["hidden_size"],
+                  num_attention_heads=spec["num_attention_heads"],
+                  num_kv_heads=spec.get("num_kv_heads"), ffn_hidden_size=ffn,
+                  gated_mlp=llama_like, vocab_size=vocab, tied_embeddings=gpt_style)
+    return model, notes
+
+
+# ----- layouts and jobs -------------------------------------------------------------------------
+
+def zero_stage(sharding: str | None) -> int:
+    text = (sharding or "").lower()
+    if "zero-3" in text or "fsdp" in text and "fsdp=0" not in text:
+        return 3
+    if "zero-1" in text or "distributed optimizer" in text or "overlap-param-gather" in text:
+        return 1
+    return 0
+
+
+def recompute_mode(text: str | None) -> tuple[str, list[str]]:
+    value = (text or "").lower()
+    if value.startswith("full") or "full recompute" in value or "full checkpoint" in value:
+        return "full", []
+    if value.startswith("selective"):
+        return "selective", []
+    if "use full recompute" in value:
+        return "full", ["recompute: full, as the source's other runs"]
+    return "none", ["recompute not stated: none"]
+
+
+def _precision(record: dict[str, Any]) -> tuple[str, Optimizer]:
+    text = (record.get("precision") or "").lower()
+    fp8 = "fp8" in text or "float8" in text
+    # DeepSpeed and 2021 Megatron fp16 runs keep 16-bit gradients; bf16 recipes use fp32 ones.
+    fp16_grads = ("fp16" in text or "16-bit" in text) and "fp32 grad" not in text
+    optimizer = Optimizer(grad_bytes=2 if fp16_grads else 4)
+    return ("fp8" if fp8 else "bf16"), optimizer
+
+
+def case_for(record: dict[str, Any]) -> Case:
+    rid = record["id"]
+    layout_rec, batch, result = record["layout"], record["batch"], record["result"]
+    other = result.get("other") or {}
+    if layout_rec.get("tp") is None or layout_rec.get("pp") is None:
+        raise Skip("tp/pp split not stated")
+    seq = record["model"].get("seq_length")
+    if seq is None:
+        raise Skip("sequence length not stated")
+    cluster, notes = cluster_for(record["hardware"])
+    model, model_notes = model_for(record)
+    notes += model_notes
+    tp, pp, dp = layout_rec["tp"], layout_rec["pp"], layout_rec["dp"]
+    cp, ep = layout_rec.get("cp") or 1, layout_rec.get("ep") or 1
+    torchtitan = rid.startswith("torchtitan")
+    mbs, gbs = batch.get("micro_batch_size"), batch.get("global_batch_size")
+    if torchtitan and other.get("local_batch_size"):
+        local = other["local_batch_size"]
+        gbs = local * dp
+        mbs = 1 if pp > 1 else local  # torchtitan's pipeline micro-batch size defaults to 1
+    if gbs is None:
+        raise Skip("global batch size not stated")
+    if mbs is None:
+        mbs = 1
+        notes.append("micro-batch 1 assumed")
+    sp = layout_rec.get("sequence_parallel")
+    if sp is None:
+        sp = tp > 1
+        if tp > 1:
+            notes.append("sequence parallelism assumed with tp > 1")
+    vpp = layout_rec.get("vpp") or 1
+    recompute, rnotes = recompute_mode(record.get("activation_recompute"))
+    notes += rnotes
+    precision, optimizer = _precision(record)
+    zero = zero_stage(layout_rec.get("dp_sharding"))
+    if zero and dp * cp == 1:
+        zero = 0
+    layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=layout_rec.get("etp") or 1, vpp=vpp,
+                    micro_batch_size=mbs, zero_stage=zero, recompute=recompute,
+                    sequence_parallel=bool(sp) and tp > 1)
+    job = Job(seq_len=seq, global_batch_size=gbs, precision=precision, optimizer=optimizer)
+    problem = layout_problem(layout, model, job, layout.num_gpus)
+    if problem is not None and problem[0] != "layout.pp":
+        raise Skip(f"layout not valid for placer: {problem[0]} {problem[1]}: {problem[2]}")
+    if problem is not None:
+        notes.append("uneven pipeline split")
+    if layout.num_gpus != record["hardware"]["num_gpus"]:
+        raise Skip(f"degrees multiply to {layout.num_gpus}, not {record['hardware']['num_gpus']}")
+    oom = result["status"] == "OOM"
+    reported, text, per_token = (0.0, "OOM", None) if oom else _reported(record, model, job)
+    return Case(rid, record["source_id"], model, cluster, job, layout, reported, text, per_token,
+                oom, options_for(record), notes, other.get("peak_memory_GiB"))
+
+
+# Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
+UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO", "OPT",
+                             "NEOX20B"}
+# DeepSpeed's pipeline engine reduces gradients in a step after the last micro-batch
+# (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep).
+DEEPSPEED_PIPELINE_SOURCES = {"BLOOM_REPO", "NEOX20B"}
+
+
+def options_for(record: dict[str, Any]) -> CostOptions:
+    """What the record (or its source) says about how the framework ran the layout."""
+    notes = record.get("notes") or ""
+    techniques = str((record["result"].get("other") or {}).get("techniques", ""))
+    source = record["source_id"]
+    tp_overlap = "--tp-comm-overlap" in notes or "AsyncTP" in techniques
+    dp_overlap = "not overlapped" not in notes and source not in DEEPSPEED_PIPELINE_SOURCES
+    return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
+                       tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
+                       moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25)
+
+
+def eq3_flops_per_token(model: Model, seq: int) -> float:
+    """Narayanan et al. eq. 3 per token: counts the recomputation forward pass."""
+    lay, h, v = model.num_layers, model.hidden_size, model.vocab_size
+    return 96 * lay * h * h * (1 + seq / (6 * h) + v / (16 * lay * h))
+
+
+def megatron_model_flops_per_token(model: Model, seq: int) -> float:
+    """Megatron's model FLOPs per token (MFU convention, conventions.md 9.3, GPT shapes)."""
+    lay, h, v = model.num_layers, model.hidden_size, model.vocab_size
+    return 72 * lay * h * h * (1 + seq / (6 * h) + v / (12 * lay * h))
+
+
+def _reported(record: dict[str, Any], model: Model, job: Job
+              ) -> tuple[float, str, float | None]:
+    """Reported throughput as tokens/s per GPU, the text it came from, and the FLOP rule."""
+    result = record["result"]
+    gpus = record["hardware"]["num_gpus"]
+    kind = (result.get("tflops_kind") or "").lower()
+    seq = job.seq_len
+    if "eq.(3)" in kind or "hardware tflops" in kind:
+        per_token: float | None = eq3_flops_per_token(model, seq)
+    elif "model" in kind:
+        per_token = megatron_model_flops_per_token(model, seq)
+    else:
+        per_token = None
+    if result.get("tokens_per_sec_per_gpu"):
+        return float(result["tokens_per_sec_per_gpu"]), "tokens/s/GPU", per_token
+    if result.get("step_time_s"):
+        tps = job.tokens_per_step / result["step_time_s"] / gpus
+        return tps, "step time", per_token
+    if result.get("tflops_per_gpu") and per_token is not None:
+        return result["tflops_per_gpu"] * 1e12 / per_token, "TFLOP/s", per_token
+    if result.get("mfu_pct"):
+        per_token = megatron_model_flops_per_token(model, seq)
+        peak = 312e12 if "A100" in record["hardware"]["gpu_type"] else 989e12
+        return result["mfu_pct"] / 100 * peak / per_token, "MFU", per_token
+    raise Skip(f"throughput convention unknown ({result.get('tflops_kind')!r})")
+
+
+# ----- running ----------------------------------------------------------------------------------
+
+def load(path: Path = RUNS) -> tuple[list[Case], list[tuple[str, str]], list[dict[str, Any]]]:
+    import json
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cases: list[Case] = []
+    skipped: list[tuple[str, str]] = []
+    for record in data["records"]:
+        try:
+            cases.append(case_for(record))
+        except Skip as why:
+            skipped.append((record["id"], str(why)))
+    return cases, skipped, data["pairwise"]
+
+
+_LINKS: dict[str, GroupLinks] = {}
+
+
+def links_for(case: Case) -> GroupLinks:
+    if case.record_id not in _LINKS:
+        _LINKS[case.record_id] = group_links(case.cluster, case.layout, DEFAULT_ORDER, None)
+    return _LINKS[case.record_id]
+
+
+def run(cases: list[Case], tune: Callable[[Calibration], Calibration] | None = None
+        ) -> list[Outcome]:
+    """Estimate every case; ``tune`` may replace constants (used by the fit scripts)."""
+    outcomes = []
+    for case in cases:
+        calib = calibration_for(case.cluster)
+        if tune is not None:
+            calib = tune(calib)
+        est = estimate_with(case.model, case.cluster, case.job, case.layout, DEFAULT_ORDER,
+                            links_for(case), calib, case.options)
+        outcomes.append(Outcome(case, est))
+    return outcomes
+
+
+@dataclass
+class Summary:
+    mean_pct: float
+    max_pct: float
+    pairwise_right: int
+    pairwise_total: int
+    oom_caught: int
+    oom_total: int
+    measured_fit: int
+    measured_total: int
+
+    @property
+    def pairwise_pct(self) -> float:
+        return 100.0 * self.pairwise_right / max(1, self.pairwise_total)
+
+
+def pairwise_checks(outcomes: list[Outcome], pairs: list[dict[str, Any]]
+                    ) -> list[tuple[dict[str, Any], bool | None]]:
+    """Each pair with whether the model orders it right (None: a side was not evaluated)."""
+    by_id = {o.case.record_id: o for o in outcomes if not o.case.oom}
+    checks = []
+    for pair in pairs:
+        a, b = by_id.get(pair.get("record_a") or ""), by_id.get(pair.get("record_b") or "")
+        if a is None or b is None:
+            checks.append((pair, None))
+            continue
+        if pair["metric"] == "step_time_s":
+            pa, pb = a.estimate.step_time_s, b.estimate.step_time_s
+            predicted = "a" if pa < pb else "b"
+        else:
+            predicted = "a" if a.predicted_tps > b.predicted_tps else "b"
+        checks.append((pair, predicted == pair["better"]))
+    return checks
+
+
+def summarize(outcomes: list[Outcome], pairs: list[dict[str, Any]]) -> Summary:
+    measured = [o for o in outcomes if not o.case.oom]
+    errors = [abs(o.error) * 100 for o in measured]
+    checks = [ok for _, ok in pairwise_checks(outcomes, pairs) if ok is not None]
+    ooms = [o for o in outcomes if o.case.oom]
+    return Summary(
+        mean_pct=sum(errors) / max(1, len(errors)), max_pct=max(errors, default=0.0),
+        pairwise_right=sum(checks), pairwise_total=len(checks),
+        oom_caught=sum(not o.estimate.fits for o in ooms), oom_total=len(ooms),
+        measured_fit=sum(o.estimate.fits for o in measured), measured_total=len(measured))
+
+
+def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
+    """A ``tune`` function that sets GEMM fields per family and the element-wise factor."""
+    def apply(calib: Calibration) -> Calibration:
+        from placer.cost.profile import gpu_family
+
+        family = gpu_family(calib.gpu)
+        gemm = calib.gemm
+        per_family = values.get("gemm", {}).get(family)
+        if per_family:
+            gemm = gemm.model_copy(update=per_family)
+        factor = values.get("elementwise_traffic_factor", calib.elementwise_traffic_factor)
+        overlap = values.get("overlap_efficiency", calib.overlap_efficiency)
+        return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
+                       overlap_efficiency=overlap)
+    return apply
+
+
+# ----- printing ---------------------------------------------------------------------------------
+
+def _row(o: Outcome) -> str:
+    c = o.case
+    layout = (f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp} cp{c.layout.cp} ep{c.layout.ep}"
+              f" v{c.layout.vpp} mbs{c.layout.micro_batch_size} z{c.layout.zero_stage}"
+              f" {c.layout.recompute[:3]}{' sp' if c.layout.sequence_parallel else ''}"
+              f" {c.job.precision}")
+    if c.oom:
+        verdict = "caught" if not o.estimate.fits else "MISSED"
+        mem = o.estimate.memory
+        return (f"{c.record_id:<52} {layout:<48} {'OOM':>9} {'':>9} {'':>7}  "
+                f"predicted {mem.total_bytes / 2**30:.0f}/{mem.capacity_bytes / 2**30:.0f} GiB"
+                f" -> {verdict}")
+    extra = ""
+    if c.flops_per_token:
+        extra = (f"  TFLOP/s {o.predicted_tps * c.flops_per_token / 1e12:6.1f}"
+                 f" vs {c.reported_tps * c.flops_per_token / 1e12:6.1f}")
+    fit = "" if o.estimate.fits else "  (predicted OOM)"
+    mem = ""
+    if c.reported_memory_gib:
+        mem = (f"  mem {o.estimate.peak_memory_bytes / 2**30:.0f} vs "
+               f"{c.reported_memory_gib:.0f} GiB")
+    return (f"{c.record_id:<52} {layout:<48} {o.predicted_tps:9.1f} {c.reported_tps:9.1f} "
+            f"{o.error * 100:+6.1f}%{extra}{mem}{fit}")
+
+
+def report(outcomes: list[Outcome], skipped: list[tuple[str, str]], pairs: list[dict[str, Any]],
+           verbose: bool = False) -> Summary:
+    print(f"{'record':<52} {'layout':<48} {'pred':>9} {'reported':>9} {'error':>7}"
+          "   (tokens/s per GPU)")
+    for o in outcomes:
+        print(_row(o))
+        if verbose and o.case.assumptions:
+            print(f"{'':<4}assumed: {'; '.join(o.case.assumptions)}")
+    print()
+    print(f"skipped {len(skipped)} records without enough detail:")
+    for rid, why in skipped:
+        print(f"  {rid:<52} {why}")
+    print()
+    print("pairwise comparisons:")
+    for pair, ok in pairwise_checks(outcomes, pairs):
+        status = "not evaluated" if ok is None else ("right" if ok else "WRONG")
+        print(f"  {pair['id']:<52} {status}")
+    s = summarize(outcomes, pairs)
+    print()
+    print(f"throughput error over {s.measured_total} measured rows: mean {s.mean_pct:.1f} %, "
+          f"max {s.max_pct:.1f} %  (targets {TARGETS['mean']:.0f} / {TARGETS['max']:.0f} %; "
+          f"minimum {MINIMUM['mean']:.0f} / {MINIMUM['max']:.0f} %)")
+    print(f"pairwise ordered right: {s.pairwise_right}/{s.pairwise_total} = "
+          f"{s.pairwise_pct:.0f} %  (target {TARGETS['pairwise']:.0f} %, "
+          f"minimum {MINIMUM['pairwise']:.0f} %)")
+    print(f"OOM rows predicted not to fit: {s.oom_caught}/{s.oom_total}; measured rows predicted "
+          f"to fit: {s.measured_fit}/{s.measured_total}")
+    by_family: dict[str, list[float]] = {}
+    for o in outcomes:
+        if not o.case.oom:
+            by_family.setdefault(o.case.family, []).append(abs(o.error) * 100)
+    for family, errs in sorted(by_family.items()):
+        print(f"  {family}: {len(errs)} rows, mean {sum(errs) / len(errs):.1f} %, "
+              f"max {max(errs):.1f} %")
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=RUNS, help="published-runs.json")
+    parser.add_argument("--verbose", action="store_true", help="print each row's assumptions")
+    args = parser.parse_args(argv)
+    cases, skipped, pairs = load(args.runs)
+    report(run(cases), skipped, pairs, verbose=args.verbose)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

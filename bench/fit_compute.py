@@ -1,0 +1,126 @@
+"""Fit the cost model's compute-efficiency constants on the calibration set.
+
+A handful of hardware constants are fitted jointly over every measured row of the published-runs
+calibration set (never row by row): per GPU family the achievable fraction of peak for large BF16
+GEMMs, for FP8 GEMMs and for fused attention, and the GEMM size that reaches half of it; and one
+element-wise memory-traffic factor shared by all families. The loss is the mean absolute log
+error of throughput, which a few rows the model cannot describe (DeepSpeed ZeRO-3 at scale) do not
+dominate. A family's FP8 and attention figures are fitted only where it has rows that use them.
+
+Prints the fitted values (paste them into placer/cost/profile.py) and the accuracy they give.
+
+    .venv/bin/python bench/fit_compute.py
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accuracy  # noqa: E402
+
+from placer.cost.profile import (  # noqa: E402
+    ELEMENTWISE_TRAFFIC_FACTOR,
+    GEMM_BY_FAMILY,
+    OVERLAP_EFFICIENCY,
+)
+
+GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency")
+
+# (family or "*", field, lower bound, upper bound); "*" is the shared element-wise factor.
+Parameter = tuple[str, str, float, float]
+ROUNDS = 6
+
+
+def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
+    """Only the constants some row exercises: FP8 needs FP8 rows, attention needs fused rows."""
+    params: list[Parameter] = [("*", "elementwise_traffic_factor", 0.0, 20.0),
+                               ("*", "overlap_efficiency", 0.0, 1.0)]
+    for family in sorted({c.family for c in cases if not c.oom}):
+        rows = [c for c in cases if c.family == family and not c.oom]
+        params.append((family, "max_efficiency", 0.2, 1.0))
+        params.append((family, "half_efficiency_flops", 0.0, 1e12))
+        if any(c.job.precision == "fp8" for c in rows):
+            params.append((family, "fp8_max_efficiency", 0.1, 1.0))
+        if any(c.options.flash_attention for c in rows):
+            params.append((family, "attention_efficiency", 0.1, 1.0))
+    return params
+
+
+def initial(params: list[Parameter]) -> dict[str, Any]:
+    values: dict[str, Any] = {"gemm": {}, "elementwise_traffic_factor": ELEMENTWISE_TRAFFIC_FACTOR,
+                              "overlap_efficiency": OVERLAP_EFFICIENCY}
+    for family, name, _, _ in params:
+        if family == "*":
+            continue
+        base = GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
+        value = getattr(base, name)
+        values["gemm"].setdefault(family, {})[name] = value if value is not None else 0.5
+    return values
+
+
+def get(values: dict[str, Any], p: Parameter) -> float:
+    return float(values[p[1]] if p[0] == "*" else values["gemm"][p[0]][p[1]])
+
+
+def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
+    new: dict[str, Any] = {"gemm": {f: dict(v) for f, v in values["gemm"].items()}}
+    new.update({name: values[name] for name in GLOBALS})
+    if p[0] == "*":
+        new[p[1]] = value
+    else:
+        new["gemm"][p[0]][p[1]] = value
+    return new
+
+
+def loss(cases: list[accuracy.Case], values: dict[str, Any]) -> float:
+    outcomes = accuracy.run(cases, accuracy.tune_from(values))
+    errors = [abs(math.log(o.predicted_tps / o.case.reported_tps)) for o in outcomes]
+    return sum(errors) / len(errors)
+
+
+def fit(cases: list[accuracy.Case]) -> dict[str, Any]:
+    """Coordinate search: each constant in turn over a shrinking multiplicative grid."""
+    measured = [c for c in cases if not c.oom]
+    params = parameters(measured)
+    values = initial(params)
+    best = loss(measured, values)
+    step = 0.5
+    for _ in range(ROUNDS):
+        for p in params:
+            current = get(values, p)
+            scale = max(abs(current), 1e9 if "flops" in p[1] else 0.05)
+            for factor in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0):
+                candidate = min(p[3], max(p[2], current + factor * step * scale))
+                trial = put(values, p, candidate)
+                value = loss(measured, trial)
+                if value < best - 1e-9:
+                    best, values, current = value, trial, candidate
+        step /= 2
+    return values
+
+
+def main() -> int:
+    cases, skipped, pairs = accuracy.load()
+    values = fit(cases)
+    print("fitted constants (placer/cost/profile.py):")
+    for name in GLOBALS:
+        print(f"  {name.upper()} = {values[name]:.3g}")
+    for family, fields in sorted(values["gemm"].items()):
+        text = ", ".join(f"{k}={v:.3g}" for k, v in sorted(fields.items()))
+        print(f"  {family}: {text}")
+    print()
+    outcomes = accuracy.run(cases, accuracy.tune_from(values))
+    summary = accuracy.summarize(outcomes, pairs)
+    print(f"with these: mean {summary.mean_pct:.1f} %, max {summary.max_pct:.1f} %, pairwise "
+          f"{summary.pairwise_right}/{summary.pairwise_total}, OOM caught "
+          f"{summary.oom_caught}/{summary.oom_total}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""The cost model: pure functions of (model, cluster, job, layout, placement) -> typed results.
+
+``estimate`` returns an ``Estimate`` (step time, throughput, MFU, memory, breakdown, the
+collectives each dimension issues); ``memory_estimate`` is the cheap, topology-free memory check
+used for pruning; ``minimum_gpus_needed`` is the tightest lower bound on GPUs for a model.
+"""
+
+from placer.cost.memory import MinimumGpus, memory_estimate, minimum_gpus_needed
+from placer.cost.params import total_params
+from placer.cost.profile import Calibration, calibration_for
+from placer.cost.step import estimate, estimate_with
+
+__all__ = [
+    "Calibration", "MinimumGpus", "calibration_for", "estimate", "estimate_with",
+    "memory_estimate", "minimum_gpus_needed", "total_params",
+]

@@ -1,0 +1,217 @@
+"""FLOPs and compute time of forward, backward and recomputation, per layer and per step.
+
+FLOPs count a matrix product of (m x k)(k x n) as 2mkn. Two conventions are kept apart:
+
+* *model FLOPs* (for MFU and ``tflops_per_gpu``): forward + backward = 3 x forward, attention
+  over the full (non-causal) s x s square, as in Narayanan et al. 2021 and PaLM's MFU; no
+  recomputation. For GPT shapes this is ``72 B s l h^2 (1 + s/6h + V/12lh)`` (conventions.md 9.3).
+* *executed work* (for time): causal attention does half the score blocks, fused attention's
+  backward costs 2.5x its forward (FlashAttention-2, Dao 2023, section 3.1: five matmuls against
+  two), and recomputation repeats forward work.
+
+Time of a GEMM of F FLOPs is ``(F + F_half) / (peak x max_efficiency)``: efficiency
+``F / (F + F_half)`` falls as tensor parallelism splits matrices and small micro-batches thin
+them. Element-wise kernels are memory bound: their traffic is proportional to the activations a
+layer stores, moved at HBM bandwidth. Constants: placer/cost/profile.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.cost.memory import LOGITS_BYTES_PER_ENTRY, activation_bytes_per_token
+from placer.cost.options import DEFAULT_OPTIONS, CostOptions
+from placer.cost.params import mlp_matrices
+from placer.cost.profile import HBM_EFFICIENCY, Calibration
+from placer.spec.job import Job
+from placer.spec.layout import Layout
+from placer.spec.model import Model
+
+# FlashAttention-2 backward: 5 matmuls against 2 in the forward pass (Dao 2023, arXiv:2307.08691).
+ATTENTION_BACKWARD_RATIO = 2.5
+# Adam step per sharded parameter: read+write fp32 master, m and v (24 B), read the fp32 gradient
+# (4 B), write the bf16 weight (2 B) -- the bf16 recipe of conventions.md 9.1.
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """Forward work of one layer (or the output layer) for one micro-batch on one GPU."""
+
+    gemms: tuple[tuple[float, int], ...]  # (FLOPs of one GEMM, how many of them)
+    attention_flops: float  # fused attention, executed FLOPs (0 when attention is unfused)
+    elementwise_bytes: float  # stored activation bytes: the scale of element-wise traffic
+    score_bytes: float = 0.0  # unfused attention's s x s scores, softmax and dropout
+    attention_gemms: tuple[tuple[float, int], ...] = ()  # unfused attention's batched GEMMs
+
+    @property
+    def gemm_flops(self) -> float:
+        return sum(f * n for f, n in self.gemms)
+
+
+def tokens_per_gpu(job: Job, layout: Layout) -> float:
+    """Tokens of one micro-batch that each GPU of a TP group works on (before TP splits)."""
+    return layout.micro_batch_size * job.seq_len / layout.cp
+
+
+def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
+               options: CostOptions = DEFAULT_OPTIONS) -> LayerWork:
+    """GEMMs, attention and element-wise traffic of one transformer layer on one GPU."""
+    h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
+    t = layout.tp
+    tokens = tokens_per_gpu(job, layout)
+    imbalance = options.moe_load_imbalance
+    kv_local = max(model.kv_heads / t, 1.0)
+    gate = mlp_matrices(model) - 1  # 2 for gated (gate and up fused), 1 otherwise
+    gemms: list[tuple[float, int]] = [
+        (2 * tokens * h * d * (a / t + 2 * kv_local), 1),  # QKV projection
+        (2 * tokens * a * d * h / t, 1),  # output projection
+    ]
+    score_bytes = 0.0
+    attention_gemms: tuple[tuple[float, int], ...] = ()
+    if options.flash_attention:
+        # Causal: each query attends on average to half of the full sequence (CP included).
+        attention = 4 * tokens * a * d * (job.seq_len / 2) / t
+    else:
+        # Unfused: Q K^T and scores x V are batched GEMMs over the whole s x s square.
+        attention = 0.0
+        attention_gemms = ((2 * tokens * a * d * job.seq_len / t, 2),)
+        score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        rep = 1.0 / t if layout.sequence_parallel else 1.0
+        gemms.append((2 * tokens * h * moe.num_experts * rep, 1))  # router
+        local_experts = moe.num_experts / layout.ep
+        routed = tokens * moe.top_k * layout.etp / t * imbalance
+        per_expert = routed / local_experts
+        fe = moe.expert_ffn_hidden_size / layout.etp
+        count = max(1, round(local_experts))
+        gemms.append((2 * per_expert * h * fe * gate, count))
+        gemms.append((2 * per_expert * fe * h, count))
+        if moe.num_shared_experts:
+            fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+            fs *= moe.num_shared_experts
+            gemms.append((2 * tokens * h * fs * gate / t, 1))
+            gemms.append((2 * tokens * fs * h / t, 1))
+    else:
+        ffn = model.ffn_hidden_size
+        gemms.append((2 * tokens * h * ffn * gate / t, 1))
+        gemms.append((2 * tokens * ffn * h / t, 1))
+    stored = activation_bytes_per_token(model, layout, moe_layer, moe_load_imbalance=imbalance)
+    return LayerWork(gemms=tuple(gemms), attention_flops=attention,
+                     elementwise_bytes=stored.total * tokens, score_bytes=score_bytes,
+                     attention_gemms=attention_gemms)
+
+
+def logits_work(model: Model, job: Job, layout: Layout) -> LayerWork:
+    """The output layer and loss on the last stage (vocabulary split over TP)."""
+    tokens = tokens_per_gpu(job, layout)
+    v_local = model.vocab_size / layout.tp
+    return LayerWork(gemms=((2 * tokens * model.hidden_size * v_local, 1),), attention_flops=0.0,
+                     elementwise_bytes=tokens * v_local * LOGITS_BYTES_PER_ENTRY)
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Seconds of forward, backward and recomputation of some work on one GPU.
+
+    ``gemm_s`` is the part of the three spent in GEMMs (what TP overlap can hide behind).
+    """
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    gemm_s: float = 0.0
+
+    def __add__(self, other: PassTimes) -> PassTimes:
+        return PassTimes(self.forward_s + other.forward_s, self.backward_s + other.backward_s,
+                         self.recompute_s + other.recompute_s, self.gemm_s + other.gemm_s)
+
+    def scaled(self, factor: float) -> PassTimes:
+        return PassTimes(self.forward_s * factor, self.backward_s * factor,
+                         self.recompute_s * factor, self.gemm_s * factor)
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s + self.recompute_s
+
+
+ZERO_TIMES = PassTimes(0.0, 0.0, 0.0)
+
+
+def gemm_time(flops: float, peak: float, efficiency: float, half_flops: float) -> float:
+    """One GEMM: efficiency ``max x F / (F + F_half)`` of the peak."""
+    return (flops + half_flops) / (peak * efficiency)
+
+
+def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: str,
+               *, is_layer: bool = True) -> PassTimes:
+    """Time of forward, backward (dgrad + wgrad) and recomputation of ``work``.
+
+    Full recomputation repeats a layer's forward; selective repeats core attention only
+    (Megatron's ``core_attn``). The output layer is never recomputed (``is_layer=False``).
+    Fused attention runs in BF16 at its own efficiency; unfused attention's batched GEMMs run
+    in BF16 at the GEMM efficiency (FP8 recipes only quantise the linear layers).
+    """
+    gemm = calib.gemm
+    half = gemm.half_efficiency_flops or 0.0
+    bf16_peak, bf16_eff = calib.peak_bf16_flops, calib.gemm_efficiency("bf16")
+    peak, eff = calib.peak_flops(precision), calib.gemm_efficiency(precision)
+    linear = sum(n * gemm_time(f, peak, eff, half) for f, n in work.gemms)
+    attn_gemm = sum(n * gemm_time(f, bf16_peak, bf16_eff, half) for f, n in work.attention_gemms)
+    fused = 0.0
+    if work.attention_flops:
+        fused = gemm_time(work.attention_flops, bf16_peak,
+                          gemm.attention_efficiency or gemm.max_efficiency, half)
+    factor, bandwidth = calib.elementwise_traffic_factor, calib.hbm_bytes_per_s
+    memory = factor * work.elementwise_bytes / bandwidth
+    scores = factor * work.score_bytes / bandwidth
+    forward = linear + attn_gemm + fused + memory + scores
+    backward = 2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused + 2 * (memory + scores)
+    redo, redo_gemm = 0.0, 0.0
+    if is_layer and recompute == "full":
+        redo, redo_gemm = forward, linear + attn_gemm
+    elif is_layer and recompute == "selective":
+        redo, redo_gemm = attn_gemm + fused + scores, attn_gemm
+    return PassTimes(forward, backward, redo, 3 * (linear + attn_gemm) + redo_gemm)
+
+
+def forward_flops_per_token(model: Model, seq_len: int) -> float:
+    """Model forward FLOPs per token (non-causal attention, active experts only)."""
+    h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
+    g = model.kv_heads
+    gate = mlp_matrices(model)
+    attention = 2 * h * d * (2 * a + 2 * g) + 4 * a * d * seq_len
+    dense_mlp = 2 * h * model.ffn_hidden_size * gate
+    moe_layers = model.num_moe_layers
+    total = model.num_layers * attention + (model.num_layers - moe_layers) * dense_mlp
+    if model.moe is not None and moe_layers:
+        moe = model.moe
+        fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+        per_layer = (2 * h * moe.num_experts
+                     + moe.top_k * 2 * h * moe.expert_ffn_hidden_size * gate
+                     + moe.num_shared_experts * 2 * h * fs * gate)
+        total += moe_layers * per_layer
+    return total + 2 * h * model.vocab_size
+
+
+def model_flops_per_step(model: Model, job: Job) -> float:
+    """Forward + backward model FLOPs of one step (3 x forward; no recomputation)."""
+    return 3 * forward_flops_per_token(model, job.seq_len) * job.tokens_per_step
+
+
+def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
+    """Extra forward FLOPs recomputation adds (hardware FLOPs = model FLOPs + these)."""
+    if layout.recompute == "none":
+        return 0.0
+    per_token = forward_flops_per_token(model, job.seq_len)
+    per_token -= 2 * model.hidden_size * model.vocab_size  # the output layer is not redone
+    if layout.recompute == "selective":
+        per_token = model.num_layers * 4 * model.num_attention_heads * (
+            model.attention_head_dim * job.seq_len)
+    return per_token * job.tokens_per_step
+
+
+def optimizer_step_time(params_per_gpu: float, calib: Calibration) -> float:
+    """Adam over this GPU's (sharded) parameters: a memory-bound sweep."""
+    return params_per_gpu * OPTIMIZER_BYTES_PER_PARAM / (calib.hbm_bytes_per_s * HBM_EFFICIENCY)

@@ -1,0 +1,88 @@
+"""The representative process group of each parallel dimension, and its links.
+
+For every dimension the group holding logical index 0 is taken (``MeshGrid``), mapped through
+the placement to GPU slots, and handed to the topology with every other group of that dimension
+running at the same time (``concurrent="all"``). Nothing enumerates all ranks: a group costs
+O(its size), and results are cached per (cluster, layout degrees, order) for the natural
+placement, and by the topology per slot tuple otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from placer.cost.collectives import GroupLinkLike
+from placer.errors import InputError
+from placer.mesh import MeshGrid
+from placer.spec.cluster import Cluster
+from placer.spec.layout import Layout
+
+GroupLinks = dict[str, GroupLinkLike]
+"""Links per dimension: tp, cp, pp, dp (the dp x cp gradient group), ep, etp, edp."""
+
+_CACHE_SIZE = 4096
+_NATURAL: OrderedDict[tuple[object, ...], tuple[Cluster, GroupLinks]] = OrderedDict()
+
+
+def representative_groups(layout: Layout, order: tuple[str, ...]) -> dict[str, list[int]]:
+    """Logical indices of the group holding index 0, for every dimension of size > 1."""
+    grid = MeshGrid(layout, order)
+    strides = grid.strides
+    groups: dict[str, list[int]] = {}
+    for dim in ("tp", "cp", "pp"):
+        if getattr(layout, dim) > 1:
+            groups[dim] = grid.representative_group(dim)
+    if layout.dp * layout.cp > 1:
+        groups["dp"] = sorted(i * strides["dp"] + j * strides["cp"]
+                              for i in range(layout.dp) for j in range(layout.cp))
+    expert = {"etp": range(layout.etp), "ep": range(0, layout.ep * layout.etp, layout.etp),
+              "edp": range(0, layout.expert_dp * layout.ep * layout.etp, layout.ep * layout.etp)}
+    for dim, locals_ in expert.items():
+        if len(locals_) > 1:
+            groups[dim] = sorted(_stage_local_to_logical(layout, order, strides, i)
+                                 for i in locals_)
+    return groups
+
+
+def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dict[str, int],
+                            local: int) -> int:
+    """Logical index of stage 0's ``local``-th tp x cp x dp point in mesh order (mesh.py)."""
+    index = 0
+    for dim in order:
+        if dim == "pp":
+            continue
+        size = getattr(layout, dim)
+        index += (local % size) * strides[dim]
+        local //= size
+    return index
+
+
+def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
+                placement: Sequence[int] | None) -> GroupLinks:
+    """GroupLink of every dimension's representative group under full concurrency."""
+    key: tuple[object, ...] | None = None
+    if placement is None:
+        key = (id(cluster), layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
+               order)
+        hit = _NATURAL.get(key)
+        if hit is not None and hit[0] is cluster:
+            _NATURAL.move_to_end(key)
+            return hit[1]
+    from placer.topology import topology_of
+
+    topo = topology_of(cluster)
+    links: GroupLinks = {}
+    for dim, members in representative_groups(layout, order).items():
+        slots = members if placement is None else [placement[i] for i in members]
+        link = topo.group_link(slots, concurrent="all")
+        if link.link_class == "network" and min(link.inter_bytes_per_s,
+                                                link.node_inter_bytes_per_s) <= 0:
+            raise InputError("layout", layout.compact(),
+                             f"its {dim} group spans nodes without a usable network")
+        links[dim] = link
+    if key is not None:
+        _NATURAL[key] = (cluster, links)
+        while len(_NATURAL) > _CACHE_SIZE:
+            _NATURAL.popitem(last=False)
+    return links

@@ -1,0 +1,37 @@
+"""How the training framework runs what a layout describes: the cost model's software inputs.
+
+The defaults describe a current Megatron-Core / torchtitan job: fused (flash) attention, gradient
+reduction overlapped with backward, tensor-parallel collectives on the critical path. Published
+runs from older frameworks differ (unfused attention before 2022, DeepSpeed's pipeline engine
+reducing gradients after the last micro-batch), and bench/accuracy.py sets these per source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Default load imbalance across experts: the busiest rank receives this multiple of the mean
+# token count. Switch Transformer and GShard train with an expert capacity factor of 1.25
+# (Fedus et al. 2021, arXiv:2101.03961, section 2.2); dropless routing behaves similarly.
+MOE_LOAD_IMBALANCE = 1.25
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """Framework behaviour the layout does not say."""
+
+    flash_attention: bool = True
+    """Fused attention: no s x s scores stored or moved; causal blocks skipped."""
+    tp_comm_overlap: bool = False
+    """TP collectives pipelined with the layer's GEMMs (Megatron --tp-comm-overlap, async TP)."""
+    dp_comm_overlap: bool = True
+    """Gradient reduction bucketed and overlapped with the last micro-batch's backward."""
+    moe_load_imbalance: float = MOE_LOAD_IMBALANCE
+    """Tokens the busiest expert rank receives, as a multiple of the mean (1 = balanced)."""
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.moe_load_imbalance <= 64.0:
+            raise ValueError("moe_load_imbalance must be between 1 and 64")
+
+
+DEFAULT_OPTIONS = CostOptions()

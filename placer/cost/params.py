@@ -1,0 +1,144 @@
+"""Parameter counts of a decoder-only transformer, and how pipeline stages split its layers.
+
+Counts follow Megatron's estimator (conventions.md section 9.1): attention ``h x d x (2a + 2g)``
+for query/output projections of ``a`` heads and key/value projections of ``g`` groups, an MLP of
+2 (plain) or 3 (gated) ``h x ffn`` matrices, two RMS/LayerNorm weight vectors per layer, a
+``V x h`` embedding and, unless tied, a ``V x h`` output layer. Biases are left out (under 0.1 %).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from placer.spec.layout import Layout
+from placer.spec.model import Model
+
+
+def mlp_matrices(model: Model) -> int:
+    """Weight matrices of one MLP (gate, up, down for gated MLPs; in, out otherwise)."""
+    return 3 if model.gated_mlp else 2
+
+
+def attention_params(model: Model) -> int:
+    """Q, K, V and output projections of one layer, plus its two norm weight vectors."""
+    h, d = model.hidden_size, model.attention_head_dim
+    return h * d * (2 * model.num_attention_heads + 2 * model.kv_heads) + 2 * h
+
+
+def dense_mlp_params(model: Model) -> int:
+    return mlp_matrices(model) * model.hidden_size * model.ffn_hidden_size
+
+
+def expert_params(model: Model) -> int:
+    """Routed experts of one MoE layer (sharded over expert parallelism)."""
+    if model.moe is None:
+        return 0
+    return model.moe.num_experts * mlp_matrices(model) * model.hidden_size * (
+        model.moe.expert_ffn_hidden_size)
+
+
+def moe_shared_params(model: Model) -> int:
+    """Router and shared experts of one MoE layer (replicated like dense weights)."""
+    moe = model.moe
+    if moe is None:
+        return 0
+    shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+    shared = moe.num_shared_experts * mlp_matrices(model) * model.hidden_size * shared_ffn
+    return shared + model.hidden_size * moe.num_experts
+
+
+def embedding_params(model: Model) -> int:
+    return model.vocab_size * model.hidden_size
+
+
+def total_params(model: Model) -> int:
+    """Every parameter of the model (the N in 6N)."""
+    moe_layers = model.num_moe_layers
+    dense_layers = model.num_layers - moe_layers
+    output = 0 if model.tied_embeddings else embedding_params(model)
+    return (model.num_layers * attention_params(model) + dense_layers * dense_mlp_params(model)
+            + moe_layers * (expert_params(model) + moe_shared_params(model))
+            + embedding_params(model) + output + model.hidden_size)
+
+
+def stage_layer_counts(num_layers: int, pp: int, vpp: int) -> list[int]:
+    """Transformer layers held by each pipeline rank.
+
+    The ``pp x vpp`` model chunks get ``num_layers / (pp x vpp)`` layers each; when that is not
+    whole, earlier chunks take one more (the spec layer requires an even split, but published
+    runs such as 126-layer Llama 3.1 405B on pp=8 do not). Rank r holds chunks r, r+pp, ...
+    """
+    chunks = pp * vpp
+    base, extra = divmod(num_layers, chunks)
+    counts = [0] * pp
+    for chunk in range(chunks):
+        counts[chunk % pp] += base + (1 if chunk < extra else 0)
+    return counts
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """What one pipeline rank holds: its layers and which ends of the model it owns."""
+
+    stage: int
+    layers: int
+    moe_layers: int
+    first: bool
+    last: bool
+
+
+@lru_cache(maxsize=4096)
+def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
+    return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
+
+
+def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:
+    """Every pipeline rank's share of the model (O(layers), no rank enumeration)."""
+    pp, vpp = layout.pp, layout.vpp
+    chunks = pp * vpp
+    base, extra = divmod(model.num_layers, chunks)
+    flags = _moe_layer_flags(model)
+    layers = [0] * pp
+    moe_layers = [0] * pp
+    start = 0
+    for chunk in range(chunks):
+        size = base + (1 if chunk < extra else 0)
+        rank = chunk % pp
+        layers[rank] += size
+        moe_layers[rank] += sum(flags[start:start + size])
+        start += size
+    return [StageShape(stage=r, layers=layers[r], moe_layers=moe_layers[r], first=r == 0,
+                       last=r == pp - 1) for r in range(pp)]
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one GPU of a stage holds, split by how data parallelism shards them."""
+
+    dense: float  # replicated over dp x cp: attention, dense MLPs, router, shared experts, ends
+    expert: float  # replicated over expert-dp only: routed experts
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams:
+    """Per-GPU parameters of a stage: dense weights over tp, experts over ep x etp.
+
+    The first stage holds the embedding; the last holds the output layer, which with tied
+    embeddings and pp > 1 is a second copy Megatron keeps in sync (conventions.md 9.1).
+    """
+    dense_layers = shape.layers - shape.moe_layers
+    dense = (shape.layers * attention_params(model) + dense_layers * dense_mlp_params(model)
+             + shape.moe_layers * moe_shared_params(model))
+    ends = 0
+    if shape.first:
+        ends += embedding_params(model)
+    if shape.last:
+        ends += model.hidden_size
+        if not (model.tied_embeddings and shape.first):
+            ends += embedding_params(model)
+    expert = shape.moe_layers * expert_params(model)
+    return StageParams(dense=(dense + ends) / layout.tp, expert=expert / (layout.ep * layout.etp))

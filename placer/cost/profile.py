@@ -1,0 +1,157 @@
+"""Hardware constants of the cost model, and how a measured link profile replaces them.
+
+Two kinds of constant live here, each with its source:
+
+* link efficiencies: the fraction of a link's line rate that NCCL reaches as bus bandwidth for
+  large messages, from nccl-tests results (conventions.md section 4);
+* compute efficiencies per GPU family: the achievable fraction of the dense peak for large GEMMs
+  and fused attention, the GEMM size that reaches half of it, and the memory traffic of the
+  element-wise kernels. These are fitted by ``bench/fit_compute.py`` over every calibration row
+  of a GPU family at once (never per row); rerun that script to refit them.
+
+``calibration_for(cluster, profile)`` resolves them for one cluster; a ``LinkProfile`` (written
+by the calibrate command from real measurements) replaces the preset figures it names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.spec.cluster import Cluster, NodeType
+from placer.spec.gpu import GPU
+from placer.spec.profile import GemmProfile, LinkMeasurement, LinkProfile
+
+# --- Link efficiencies (bus bandwidth / line rate, large messages) -------------------------------
+# NVLink3 (A100): 232.5 GB/s all_reduce busbw on one 8-GPU node of 300 GB/s per direction
+# [conventions.md 4: nccl-tests#175].
+NVLINK3_EFFICIENCY = 232.5 / 300.0
+# NVLink4/5 (H100, H200, B200): ~365-370 GB/s ring busbw of 450 GB/s line rate
+# [conventions.md 4: nccl-tests#212, nccl#1455]; NVLink5 assumed to behave like NVLink4.
+NVLINK4_EFFICIENCY = 367.5 / 450.0
+# NVLink SHARP all_reduce: ~480 GB/s busbw on H100 with 450 GB/s links, i.e. above line rate
+# [conventions.md 4: nccl-tests#212, nccl-tests#290].
+NVLS_ALL_REDUCE_SPEEDUP = 480.0 / 450.0
+# PCIe: NCCL's own model counts 12 GB/s for a Gen3 x16 link of 16 GB/s [conventions.md 5.1:
+# src/graph/topo.h PCI_BW]; no nccl-tests figure was found.
+PCIE_EFFICIENCY = 12.0 / 16.0
+# InfiniBand NDR: 46-48 GB/s per 50 GB/s NIC [conventions.md 4: nccl-tests#290, #267]; HDR
+# A100 nodes reach 192 GB/s over 8 x 25 GB/s (0.96) [nccl#812]; we use the NDR figure.
+NETWORK_EFFICIENCY = 47.0 / 50.0
+
+# --- Compute efficiencies per GPU family, fitted by bench/fit_compute.py -------------------------
+# max_efficiency: large BF16 GEMMs, fraction of the dense BF16 peak.
+# fp8_max_efficiency: large FP8 GEMMs, fraction of the dense FP8 peak.
+# half_efficiency_flops: a GEMM of this many FLOPs reaches half of the max (fixed per-kernel cost).
+# attention_efficiency: fused attention kernels, fraction of the BF16 peak.
+GEMM_BY_FAMILY: dict[str, GemmProfile] = {
+    "A100": GemmProfile(max_efficiency=0.60, half_efficiency_flops=2.0e9,
+                        attention_efficiency=0.45),
+    "H100": GemmProfile(max_efficiency=0.60, fp8_max_efficiency=0.45, half_efficiency_flops=6.0e9,
+                        attention_efficiency=0.45),
+}
+# Families without calibration rows borrow a measured one: H200 is the same GH100 die as H100
+# [conventions.md 5.3]; Blackwell and Ada have no published rows in the calibration set, so they
+# take the Hopper and Ampere figures (an assumption, to be replaced by a measured profile).
+FAMILY_FALLBACK = {"H200": "H100", "B200": "H100", "GB200": "H100", "L40S": "A100"}
+# Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
+# of stored activation in the forward pass; backward moves twice that. Fitted by
+# bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
+ELEMENTWISE_TRAFFIC_FACTOR = 3.0
+# Fraction of communication that overlapping with compute actually hides: collectives and
+# compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
+# time. Fitted by bench/fit_compute.py jointly over all rows.
+OVERLAP_EFFICIENCY = 0.8
+# Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
+# copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
+HBM_EFFICIENCY = 0.85
+
+
+def gpu_family(gpu: GPU) -> str:
+    """GPU family key: the catalogue name's leading part (``H100-SXM-80GB`` -> ``H100``)."""
+    for family in ("GB200", "B200", "H200", "H100", "A100", "L40S"):
+        if gpu.name.upper().startswith(family):
+            return family
+    return gpu.name.split("-")[0].upper()
+
+
+def gemm_for(gpu: GPU) -> GemmProfile:
+    """The fitted compute efficiencies for a GPU (its family's, or the fallback family's)."""
+    family = gpu_family(gpu)
+    family = family if family in GEMM_BY_FAMILY else FAMILY_FALLBACK.get(family, "H100")
+    return GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
+
+
+def _merge_gemm(base: GemmProfile, measured: GemmProfile | None) -> GemmProfile:
+    if measured is None:
+        return base
+    given = measured.model_dump(exclude_none=True)
+    return base.model_copy(update=given)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything the cost model needs about one cluster's hardware, resolved once."""
+
+    gpu: GPU
+    peak_bf16_flops: float
+    peak_fp8_flops: float | None
+    hbm_bytes_per_s: float
+    gemm: GemmProfile
+    intra_kind: str  # "nvlink" or "pcie": the class of the hop inside a node
+    intra_efficiency: float
+    nvls_speedup: float
+    network_efficiency: float
+    elementwise_traffic_factor: float
+    overlap_efficiency: float
+    profile: LinkProfile | None
+
+    def peak_flops(self, precision: str) -> float:
+        if precision == "fp8" and self.peak_fp8_flops is not None:
+            return self.peak_fp8_flops
+        return self.peak_bf16_flops
+
+    def gemm_efficiency(self, precision: str) -> float:
+        if precision == "fp8" and self.peak_fp8_flops is not None:
+            return self.gemm.fp8_max_efficiency or self.gemm.max_efficiency
+        return self.gemm.max_efficiency
+
+    def measured(self, link: str, collective: str) -> LinkMeasurement | None:
+        """The profile's figure for a link class (``intra`` or ``inter``) and collective."""
+        if self.profile is None:
+            return None
+        section = self.profile.intra_node if link == "intra" else self.profile.inter_node
+        return None if section is None else section.for_collective(collective)
+
+
+def bounding_node_type(cluster: Cluster) -> NodeType:
+    """The node type that bounds a job: the least capable GPU (memory, then peak)."""
+    used = {p.node_type for p in cluster.pools}
+    types = [t for t in cluster.node_types if t.name in used]
+    return min(types, key=lambda t: (t.gpu.capacity_bytes, t.gpu.bf16_flops, t.name))
+
+
+def calibration_for(cluster: Cluster, profile: LinkProfile | None = None) -> Calibration:
+    """Resolve constants for ``cluster``; a profile's measured figures take precedence."""
+    node_type = bounding_node_type(cluster)
+    gpu = node_type.gpu
+    fabric = node_type.fabric
+    if fabric.kind == "pcie":
+        intra_kind, intra_eff = "pcie", PCIE_EFFICIENCY
+    else:
+        generation = fabric.nvlink_generation or 4
+        intra_kind = "nvlink"
+        intra_eff = NVLINK3_EFFICIENCY if generation <= 3 else NVLINK4_EFFICIENCY
+    return Calibration(
+        gpu=gpu,
+        peak_bf16_flops=gpu.bf16_flops,
+        peak_fp8_flops=gpu.fp8_flops,
+        hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
+        gemm=_merge_gemm(gemm_for(gpu), profile.gemm if profile else None),
+        intra_kind=intra_kind,
+        intra_efficiency=intra_eff,
+        nvls_speedup=NVLS_ALL_REDUCE_SPEEDUP,
+        network_efficiency=NETWORK_EFFICIENCY,
+        elementwise_traffic_factor=ELEMENTWISE_TRAFFIC_FACTOR,
+        overlap_efficiency=OVERLAP_EFFICIENCY,
+        profile=profile,
+    )
