@@ -9,8 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from placer.spec import Cluster, Job, Layout, Model, Plan
-from placer.spec.presets import cluster_names, cluster_preset, gpu_names, gpu_preset, model_names
-from placer.spec.presets import model_preset
+from placer.spec.presets import (
+    cluster_names,
+    cluster_preset,
+    gpu_names,
+    gpu_preset,
+    model_names,
+    model_preset,
+)
 
 SCHEMAS = {"model": Model, "cluster": Cluster, "job": Job, "layout": Layout, "plan": Plan}
 
@@ -38,7 +44,8 @@ def presets_command(as_json: bool) -> None:
         nics = f"{len(t.nics)}x{t.nics[0].rate_gbps:g}Gb/s" if t.nics else "-"
         clusters.add_row(name, t.gpu.name, str(t.gpus_per_node), str(t.nvlink_domain_size), nics,
                          c.description)
-    models = Table("model", "layers", "hidden", "heads/kv", "FFN", "vocab", "experts", title="models")
+    models = Table("model", "layers", "hidden", "heads/kv", "FFN", "vocab", "experts",
+                   title="models")
     for name in model_names():
         m = model_preset(name)
         experts = f"{m.moe.num_experts} top-{m.moe.top_k}" if m.moe else "-"

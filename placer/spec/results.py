@@ -69,7 +69,7 @@ class Estimate(Output):
     mesh_order: list[str] = Field(description="rank order, innermost first, e.g. tp-cp-dp-pp")
     step_time_s: float
     tokens_per_s: float
-    tflops_per_gpu: float = Field(description="model FLOPs (no recompute) per GPU per second / 1e12")
+    tflops_per_gpu: float = Field(description="model FLOPs (no recompute) per GPU, in TFLOP/s")
     hardware_tflops_per_gpu: float = Field(description="counting recomputation")
     mfu: float = Field(description="model FLOPs utilisation, 0-1, of the dense peak")
     hfu: float
