@@ -1,0 +1,10 @@
+"""The solver: candidate space, costed table, CP-SAT choice, rank -> GPU placement, top K.
+
+``recommend(model, cluster, job, top_k=5)`` returns a ``RecommendResult``: ranked ``Candidate``
+objects (layout, placement as a rank map, cost breakdown) and ``SearchStats``; it raises
+``InfeasibleError`` with the tightest reason when nothing fits.
+"""
+
+from placer.solver.search import DEFAULT_TIME_LIMIT_S, RecommendResult, SearchDetail, recommend
+
+__all__ = ["DEFAULT_TIME_LIMIT_S", "RecommendResult", "SearchDetail", "recommend"]

@@ -1,0 +1,194 @@
+"""``recommend``: the degree space, the costed table, CP-SAT's top K, then placement.
+
+1. Degree tuples (space.py) under the NVLink rule and the job's constraints; on irregular
+   clusters the tuples may use fewer GPUs than are healthy.
+2. The costed table (table.py): branch and bound with the cost model, natural placement.
+3. CP-SAT (select.py) picks the best distinct rows, a few more than asked.
+4. Placement (placement.py) for each pick: mesh orders and node tilings on regular clusters,
+   the reduced CP-SAT model on irregular ones; the full cost model ranks every placement, and the
+   picks are re-ranked by their best placement before the top K are kept.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from placer.cost import estimate, minimum_gpus_needed
+from placer.errors import InfeasibleError
+from placer.mesh import order_text
+from placer.solver.placement import (
+    Placement,
+    irregular_placements,
+    order_placements,
+    rank_map,
+    tiling_placements,
+    tp_capacity,
+    traffic_weights,
+)
+from placer.solver.reasons import memory_reason, no_degrees_reason
+from placer.solver.select import select_top
+from placer.solver.space import degree_tuples, divisors, layout_key
+from placer.solver.stages import split_for_types
+from placer.solver.table import Row, TableStats, build_table
+from placer.spec.cluster import Cluster
+from placer.spec.job import Job
+from placer.spec.model import Model
+from placer.spec.profile import LinkProfile
+from placer.spec.results import Candidate, Estimate, SearchStats
+from placer.topology import ClusterTopology, topology_of
+
+DEFAULT_TIME_LIMIT_S = 10.0
+"""CP-SAT budget per recommend call (deterministic seconds), shared by selection and
+placement; the measured models finish far below it (bench/search_speed.py)."""
+
+EXTRA_PICKS = 3
+"""Picks beyond top K that get a placement search: a better placement can reorder them."""
+
+
+@dataclass(frozen=True)
+class SearchDetail:
+    """How the search went, for benchmarks and explanations (not part of the plan file)."""
+
+    degree_tuples: int
+    layouts: int
+    memory_checks: int
+    estimates: int
+    pairs: int
+    pairs_expanded: int
+    table_rows: int
+    selection_status: str
+    selection_solves: int
+    placements_costed: int
+    gpus_used: int
+    placement_notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RecommendResult:
+    """Ranked candidates (best first), the plan's search stats, and the search detail."""
+
+    candidates: list[Candidate]
+    stats: SearchStats
+    detail: SearchDetail
+
+
+def _nvlink_size(cluster: Cluster) -> int:
+    used = {p.node_type for p in cluster.pools}
+    return min(t.nvlink_domain_size for t in cluster.node_types if t.name in used)
+
+
+def _placements(row: Row, topology: ClusterTopology, cluster: Cluster, job: Job,
+                time_limit_s: float) -> list[Placement]:
+    if cluster.is_regular:
+        return (order_placements(row.layout, topology, job)
+                + tiling_placements(row.layout, topology, job))
+    weights = traffic_weights(row.estimate.collectives)
+    return irregular_placements(row.layout, topology, job, weights, time_limit_s=time_limit_s)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A pick with its best placement, before the rank map is written out."""
+
+    estimate: Estimate
+    placement: Placement
+    costed: int
+    why: list[str]
+
+    @property
+    def key(self) -> tuple[float, tuple[int, ...]]:
+        return (self.estimate.step_time_s, layout_key(self.estimate.layout))
+
+
+def _best_placement(model: Model, cluster: Cluster, job: Job, row: Row,
+                    topology: ClusterTopology, profile: LinkProfile | None,
+                    time_limit_s: float) -> _Placed | None:
+    """The placement the full cost model likes best (ties: the earlier, i.e. more standard)."""
+    best: tuple[float, int, Estimate, Placement] | None = None
+    placements = _placements(row, topology, cluster, job, time_limit_s)
+    for index, placement in enumerate(placements):
+        est = estimate(model, cluster, job, row.layout, order=placement.order,
+                       placement=placement.slots, profile=profile)
+        if best is None or (est.step_time_s, index) < (best[0], best[1]):
+            best = (est.step_time_s, index, est, placement)
+    if best is None:
+        return None
+    _, _, est, placement = best
+    why = [f"placement: {placement.label}; {len(placements)} placement(s) costed"]
+    natural = row.step_time_s
+    if est.step_time_s < natural:
+        gain = (natural - est.step_time_s) / natural
+        why.append(f"placement: {gain:.1%} faster than the natural order "
+                   f"{order_text(row.estimate.mesh_order)}")
+    return _Placed(est, placement, len(placements), why)
+
+
+def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
+               topology: ClusterTopology) -> Candidate:
+    est, placement = placed.estimate, placed.placement
+    stage_layers, stage_notes = split_for_types(model, cluster, job, est.layout, placement,
+                                                topology)
+    fields = {name: getattr(est, name) for name in Estimate.model_fields}
+    fields["mesh_order"] = list(placement.order)
+    return Candidate.model_construct(**fields, rank_map=rank_map(est.layout, placement, topology),
+                                     why=placed.why + stage_notes, stage_layers=stage_layers)
+
+
+def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
+              profile: LinkProfile | None = None,
+              time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> RecommendResult:
+    """The best ``top_k`` distinct layouts with their placements, best first.
+
+    Raises InfeasibleError with the tightest reason when no layout can run.
+    """
+    started = time.perf_counter()
+    need = minimum_gpus_needed(model, cluster, job)
+    if cluster.num_gpus < need.gpus:
+        raise InfeasibleError(need.reason)
+    topology = topology_of(cluster)
+    exact = cluster.is_regular
+    heads = divisors(model.num_attention_heads)
+    capacity = tp_capacity(topology, job, heads)
+    degrees = degree_tuples(model, job, cluster.num_gpus, capacity, exact=exact)
+    if not degrees:
+        relaxed = tp_capacity(topology, job.model_copy(update={"allow_tp_outside_nvlink": True}),
+                              heads)
+        raise InfeasibleError(no_degrees_reason(model, job, cluster.num_gpus, capacity, relaxed,
+                                                exact=exact, nvlink_size=_nvlink_size(cluster)))
+    keep = top_k + EXTRA_PICKS
+    rows, table = build_table(model, cluster, job, degrees, keep=keep, profile=profile)
+    if not rows:
+        raise InfeasibleError(memory_reason(model, cluster, job, table))
+    max_tp = None if job.allow_tp_outside_nvlink else max(capacity)
+    selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=keep, max_tp=max_tp,
+                           time_limit_s=time_limit_s / 2)
+    placed: list[_Placed] = []
+    for index in selection.picks:
+        found = _best_placement(model, cluster, job, rows[index], topology, profile,
+                                time_limit_s / (2 * len(selection.picks)))
+        if found is not None:
+            placed.append(found)
+    if not placed:
+        raise InfeasibleError(f"no placement keeps every TP group inside an NVLink domain on "
+                              f"{cluster.name}; set allow_tp_outside_nvlink to allow it")
+    placed.sort(key=lambda p: p.key)
+    candidates = [_candidate(p, model, cluster, job, topology) for p in placed[:top_k]]
+    notes = [f"{p.estimate.layout.compact()}: {line}" for p in placed for line in p.why]
+    costed = sum(p.costed for p in placed)
+    wall_s = time.perf_counter() - started
+    stats = SearchStats(layouts_considered=table.layouts, layouts_feasible=len(rows),
+                        solver_status=selection.status, wall_s=wall_s)
+    return RecommendResult(candidates, stats, _detail(table, rows, selection.status,
+                                                      selection.solves, costed, candidates,
+                                                      notes))
+
+
+def _detail(table: TableStats, rows: list[Row], status: str, solves: int, costed: int,
+            candidates: list[Candidate], notes: list[str]) -> SearchDetail:
+    return SearchDetail(
+        degree_tuples=table.degree_tuples, layouts=table.layouts,
+        memory_checks=table.memory_checks, estimates=table.estimates, pairs=table.pairs,
+        pairs_expanded=table.pairs_expanded, table_rows=len(rows), selection_status=status,
+        selection_solves=solves, placements_costed=costed,
+        gpus_used=candidates[0].layout.num_gpus if candidates else 0, placement_notes=notes)

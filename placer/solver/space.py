@@ -1,0 +1,187 @@
+"""Candidate space: the degree tuples and knob settings that can run, before any costing.
+
+Degrees come first (``tp x pp x dp x cp`` = GPUs used; ``ep``, ``etp`` on the expert sub-grid),
+then the knobs (micro-batch, virtual stages, ZeRO stage, recompute, sequence parallelism). Every
+layout is filtered with ``layout_problem``, the one validation function. The pre-check on a
+tuple's *base* layout (knobs at their least demanding values) only skips work: each knob adds
+conditions and never removes one, so a tuple whose base layout fails has no valid layout at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+
+from placer.spec.job import Job
+from placer.spec.layout import Layout, layout_problem
+from placer.spec.model import Model
+
+MBS_CAP = 16
+"""Largest micro-batch tried, in sequences. Published large runs use 1-16 (Megatron SC'21 Table 1
+scripts go up to 16, published-runs.json); bigger ones only add activation memory."""
+
+VPP_CAP = 16
+"""Most virtual stages per pipeline rank tried; Megatron's interleaved runs use 2-8 and every
+extra stage adds a point-to-point exchange per micro-batch (conventions.md 6.2)."""
+
+DP_CHOICES_IRREGULAR = 2
+"""On clusters that cannot use every healthy GPU, how many of the largest valid DP degrees are
+kept per (tp, pp, cp, ep, etp): fewer data-parallel replicas than that means idle nodes."""
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+DEGREE_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp")
+
+
+@dataclass(frozen=True, order=True)
+class Degrees:
+    """The parallel degrees of a layout, without its knobs."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int = 1
+    etp: int = 1
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def layout(self, *, vpp: int = 1, mbs: int = 1, zero: int = 0, recompute: str = "none",
+               sp: bool = False) -> Layout:
+        """A Layout with these degrees; values are plain ints from this module, so skip checks."""
+        return Layout.model_construct(
+            tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=vpp,
+            micro_batch_size=mbs, zero_stage=zero, recompute=recompute, sequence_parallel=sp)
+
+    @classmethod
+    def of(cls, layout: Layout) -> Degrees:
+        return cls(layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp)
+
+
+@cache
+def divisors(n: int) -> tuple[int, ...]:
+    """Positive divisors of ``n``, ascending."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return tuple(small + large[::-1])
+
+
+def _degree_job(job: Job) -> Job:
+    """The job with only its constraints on degrees: knob constraints are checked per layout."""
+    kept = tuple(c for c in job.constraints if c.key in DEGREE_KEYS)
+    if kept == job.constraints:
+        return job
+    return job.model_copy(update={"constraints": kept})
+
+
+def degree_tuples(model: Model, job: Job, num_gpus: int, tp_capacity: Mapping[int, int], *,
+                  exact: bool) -> list[Degrees]:
+    """Every degree tuple whose base layout passes ``layout_problem``, sorted.
+
+    ``tp_capacity[tp]`` is how many GPUs can host TP groups of size ``tp`` (the NVLink rule and
+    failed GPUs decide it; a tp missing from the map is not allowed). With ``exact`` the degrees
+    must use all ``num_gpus``; otherwise (irregular clusters) any count up to the capacity, keeping
+    the largest few DP degrees per model-parallel shape.
+    """
+    degree_job = _degree_job(job)
+    out: list[Degrees] = []
+    for tp in sorted(tp_capacity):
+        limit = min(tp_capacity[tp], num_gpus)
+        if limit < tp:
+            continue
+        for pp in divisors(model.num_layers):
+            for cp in divisors(job.seq_len):
+                base = tp * pp * cp
+                if base > limit:
+                    break
+                if exact:
+                    dps = [num_gpus // base] if limit == num_gpus and num_gpus % base == 0 else []
+                else:
+                    dps = [d for d in divisors(job.global_batch_size) if base * d <= limit]
+                    dps = dps[-DP_CHOICES_IRREGULAR:]
+                for dp in dps:
+                    out.extend(_expert_splits(model, degree_job, tp, pp, dp, cp))
+    return sorted(out)
+
+
+def _expert_splits(model: Model, job: Job, tp: int, pp: int, dp: int,
+                   cp: int) -> Iterator[Degrees]:
+    """(ep, etp) choices for one dense tuple; (1, 1) for dense models."""
+    if model.moe is None:
+        pairs = [(1, 1)]
+    else:
+        grid = tp * cp * dp
+        pairs = [(ep, etp) for etp in divisors(tp) for ep in divisors(model.moe.num_experts)
+                 if grid % (ep * etp) == 0]
+    for ep, etp in pairs:
+        degrees = Degrees(tp, pp, dp, cp, ep, etp)
+        if layout_problem(degrees.layout(), model, job, degrees.num_gpus) is None:
+            yield degrees
+
+
+@dataclass(frozen=True)
+class KnobOptions:
+    """The knob values worth trying for one degree tuple, each already allowed by the job's
+    constraints on that knob (a constraint names one key, so filtering per key is exact)."""
+
+    mbs: tuple[int, ...]
+    vpp_by_mbs: tuple[tuple[int, ...], ...]
+    zero: tuple[int, ...]
+    recompute: tuple[str, ...]
+    sp: tuple[bool, ...]
+
+    def count(self) -> int:
+        """Layouts of the tuple (the product of the options; vpp depends on the micro-batch)."""
+        per_vpp = len(self.zero) * len(self.recompute) * len(self.sp)
+        return sum(len(v) for v in self.vpp_by_mbs) * per_vpp
+
+
+def _allowed(job: Job, key: str, values: list[object], subject: Callable[[object],
+             int | str]) -> tuple:
+    for constraint in job.constraints:
+        if constraint.key == key:
+            values = [v for v in values if constraint.allows(subject(v))]
+    return tuple(values)
+
+
+def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
+    """Micro-batches (powers of two up to ``MBS_CAP`` dividing the per-replica batch: the GEMM
+    shapes frameworks tune for; any size the job names), virtual stages, ZeRO stages,
+    recompute modes, SP on/off."""
+    per_replica = job.global_batch_size // degrees.dp
+    named = {int(v) for c in job.constraints if c.key == "mbs" and c.op in ("=", "in")
+             for v in c.values}
+    mbs = [m for m in divisors(per_replica)
+           if m in named or (m <= MBS_CAP and m & (m - 1) == 0)]
+    mbs_ok = _allowed(job, "mbs", list(mbs), int)
+    layers_per_stage = model.num_layers // degrees.pp
+    vpp_by_mbs = []
+    for m in mbs_ok:
+        microbatches = per_replica // m
+        vpps = [1]
+        if degrees.pp > 1 and microbatches % degrees.pp == 0:
+            vpps += [v for v in divisors(layers_per_stage) if 1 < v <= VPP_CAP]
+        vpp_by_mbs.append(_allowed(job, "vpp", list(vpps), int))
+    zero = list(ZERO_STAGES) if degrees.dp * degrees.cp > 1 else [0]
+    sp = [False, True] if degrees.tp > 1 and job.seq_len % degrees.tp == 0 else [False]
+    return KnobOptions(
+        mbs=mbs_ok, vpp_by_mbs=tuple(vpp_by_mbs),
+        zero=_allowed(job, "zero", list(zero), int),
+        recompute=_allowed(job, "recompute", list(RECOMPUTE_MODES), str),
+        sp=_allowed(job, "sp", list(sp), lambda v: "on" if v else "off"))
+
+
+def layout_key(layout: Layout) -> tuple[int, ...]:
+    """A total order on layouts, used for every tie-break (same input -> same output)."""
+    return (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp, layout.vpp,
+            layout.micro_batch_size, layout.zero_stage, RECOMPUTE_MODES.index(layout.recompute),
+            int(layout.sequence_parallel))
