@@ -16,13 +16,13 @@ ROOT = DATA.parents[2]
 
 def run_check(*names: str | Path, cluster: str | None = "dgx-h100", model: str | None = None,
               nodes: int | None = None, seq_len: int | None = None,
-              fail_on: str = "error") -> CheckReport:
+              candidate: int | None = None, fail_on: str = "error") -> CheckReport:
     """check_paths on files of tests/data/check (or any path), with presets by name."""
     paths = [n if isinstance(n, Path) else DATA / n for n in names]
     cluster_ref = str(DATA / cluster) if cluster and cluster.endswith(".yaml") else cluster
     options = CheckOptions(cluster=load_cluster(cluster_ref) if cluster_ref else None,
                            model=load_model(model) if model else None, nodes=nodes,
-                           seq_len=seq_len)
+                           seq_len=seq_len, candidate=candidate)
     return check_paths(paths, options, fail_on)
 
 

@@ -132,3 +132,10 @@ def test_list_rules(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()] == list(RULES)
     assert "tp-cross-node          error" in out
+
+
+def test_candidate_option_value(capsys: pytest.CaptureFixture[str]) -> None:
+    plan = str(DATA / "plan_torchrun_mismatch.json")
+    assert cli(["check", plan, "--candidate", "0"], capsys)[0] == 1
+    code, _, err = cli(["check", plan, "--candidate", "best"], capsys)
+    assert code == 2 and err.startswith("error: --candidate: 'best' is not valid")

@@ -223,3 +223,16 @@ def test_python_310_without_tomllib_gets_a_clear_error(monkeypatch: pytest.Monke
     monkeypatch.setattr(builtins, "__import__", no_tomllib)
     with pytest.raises(PlacerError, match="Python 3.11"):
         read_config(DATA / "torchtitan_llama3_70b.toml")
+
+
+def test_candidate_option_selects_one_plan_candidate(tmp_path: Path) -> None:
+    data = json.loads((DATA / "plan_llama3_8b.json").read_text())
+    strided = json.loads((DATA / "plan_strided_tp.json").read_text())["candidates"][0]
+    data["candidates"].append(strided)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    assert only(run_check(plan, cluster=None), "tp-cross-node").candidate == 2
+    assert run_check(plan, cluster=None, candidate=0).findings == []
+    assert only(run_check(plan, cluster=None, candidate=2), "tp-cross-node").candidate == 2
+    report = run_check(plan, cluster=None, candidate=3)
+    assert report.exit_code == 2 and "candidates 0..2" in report.problems[0].message

@@ -38,6 +38,8 @@ class CheckOptions:
     model: Model | None = None
     nodes: int | None = None
     seq_len: int | None = None
+    candidate: int | None = None
+    """Plans: check only this candidate (0 is the one ``placer launch`` uses); None: all."""
 
 
 class _Stop(Exception):
@@ -79,8 +81,10 @@ def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSum
         summary.num_gpus = ctx.world
         summary.model = ctx.model.name if ctx.model else None
         if parsed.kind == "plan":
-            notes.append(f"plan candidates checked: {len(parsed.candidates)}")
-            for candidate in parsed.candidates:
+            candidates = _selected(parsed, options.candidate)
+            notes.append("plan candidates checked: "
+                         + ", ".join(str(c.index) for c in candidates))
+            for candidate in candidates:
                 layout = validated(Layout, candidate.settings, parsed.path)
                 if candidate.index == 0:
                     summary.layout, summary.order = layout.compact(), order_text(candidate.order)
@@ -93,6 +97,15 @@ def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSum
     except _Stop as stop:
         findings.append(stop.finding)
     return summary, findings
+
+
+def _selected(parsed: ParsedConfig, index: int | None) -> list[PlanCandidate]:
+    if index is None:
+        return parsed.candidates
+    if not 0 <= index < len(parsed.candidates):
+        raise PlacerError(f"{parsed.path}: --candidate {index}: the plan has candidates "
+                          f"0..{len(parsed.candidates) - 1}")
+    return [parsed.candidates[index]]
 
 
 # ----- cluster, world size, model ------------------------------------------------------------

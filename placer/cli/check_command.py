@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from placer.check import FORMATS, RULES, CheckOptions, check_paths, render
+from placer.errors import InputError
 from placer.spec.presets import load_cluster, load_model
 
 _EPILOG = """\b
@@ -26,14 +27,16 @@ no-parallel-settings, not exit 2). Rules: placer check --list-rules.
               help="nodes, for configs that do not set their world size")
 @click.option("--seq-len", type=click.IntRange(min=1),
               help="sequence length, for configs that do not set one")
+@click.option("--candidate", default="all", show_default=True, metavar="N|all",
+              help="plans: check candidate N only (0 is what placer launch uses), or all")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error",
               show_default=True, help="lowest severity that makes the exit code 1")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
               help="github: Actions annotations on the offending line; json: for other CI")
 @click.option("--list-rules", is_flag=True, help="print every rule id, severity and meaning")
 def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: str | None,
-                  nodes: int | None, seq_len: int | None, fail_on: str, fmt: str,
-                  list_rules: bool) -> int:
+                  nodes: int | None, seq_len: int | None, candidate: str, fail_on: str,
+                  fmt: str, list_rules: bool) -> int:
     """Check parallel configs against a cluster: TP inside NVLink, EP/CP/PP placement,
     degrees, memory and rank maps."""
     if list_rules:
@@ -42,10 +45,12 @@ def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: 
         return 0
     if not configs:
         raise click.UsageError("give at least one CONFIG")
+    if candidate != "all" and not candidate.isdigit():
+        raise InputError("--candidate", candidate, "use a candidate index (0 = best) or all")
     options = CheckOptions(
         cluster=load_cluster(cluster_ref) if cluster_ref else None,
         model=load_model(model_ref) if model_ref else None,
-        nodes=nodes, seq_len=seq_len)
+        nodes=nodes, seq_len=seq_len, candidate=None if candidate == "all" else int(candidate))
     report = check_paths(configs, options, fail_on)
     if fmt == "text":
         for problem in report.problems:
