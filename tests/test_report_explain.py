@@ -91,7 +91,8 @@ def test_what_if_sentences_report_flips_holds_and_infeasible_variants() -> None:
     ])
     assert lines[0].startswith("What would change the answer: at twice the global batch (1024 "
                                "sequences), PP=8 (not 4), mbs=2 (not 1) wins")
-    assert "half the global batch (256 sequences) no layout works (no layout fits" in lines[1]
+    assert lines[1].startswith("At half the global batch (256 sequences) no layout works (no "
+                               "layout fits")
     assert lines[2] == "The answer holds at twice the nodes (16 nodes, 128 GPUs)."
 
 
@@ -125,3 +126,19 @@ def test_variants_double_and_halve_the_batch_and_double_single_pool_clusters() -
     huge = cluster_preset("dgx-h100").with_nodes(512)
     assert [label.split(" (")[0] for label, _, _ in variants(huge, JOB)] == [
         "twice the global batch", "half the global batch"]
+    data = CLUSTER.model_dump()
+    data["excluded_gpus"] = [{"node": 3, "gpu": 1}]
+    degraded = type(CLUSTER).model_validate(data)
+    assert len(variants(degraded, JOB)) == 2
+
+
+def test_explain_says_how_many_gpus_stay_idle_and_the_uneven_split() -> None:
+    data = CLUSTER.model_dump()
+    data["excluded_gpus"] = [{"node": 3, "gpu": 1}]
+    degraded = type(CLUSTER).model_validate(data)
+    used = make_candidate(Layout(tp=8, pp=4, dp=1, zero_stage=0, recompute="selective"))
+    split = used.model_copy(update={"stage_layers": [21, 21, 19, 19]})
+    lines = explain(MODEL, degraded, JOB, [split], None, [])
+    assert "layers per pipeline stage 21/21/19/19" in lines[0]
+    assert lines[1].startswith("It uses 32 of the 63 usable GPUs; the other 31 stay idle")
+    assert "divide the 80 layers and the global batch of 512" in lines[1]

@@ -21,7 +21,8 @@ CLUSTER = cluster_preset("dgx-h100").with_nodes(8)
 def recommendation() -> Recommendation:
     job, used = resolve_job(MODEL, seq_len=None, global_batch=None)
     first = make_candidate(Layout(tp=8, pp=4, dp=2, zero_stage=1, recompute="selective",
-                                  sequence_parallel=True), parts={"pp_bubble_s": 1.25})
+                                  sequence_parallel=True), parts={"pp_bubble_s": 1.25},
+                           why=["placement: mesh order tp-cp-dp-pp"])
     second = make_candidate(Layout(tp=4, pp=8, dp=2, vpp=5, recompute="full"),
                             parts={"recompute_s": 3.5, "pp_bubble_s": 0.5}, memory_gib=41.0,
                             why=["interleaving shrinks the bubble"])
@@ -45,7 +46,9 @@ def test_report_lists_candidates_the_default_row_and_the_why() -> None:
                                                ["default", "8", "8", "1"]]
     assert table_rows[1][9] == "full" and table_rows[1][6] == "5"
     assert "- Best: first sentence." in lines and "- Links: second sentence." in lines
-    assert "#2: interleaving shrinks the bubble" in lines
+    notes = lines.index("Search notes on #1 (--json has every candidate's):")
+    assert lines[notes + 1] == "- placement: mesh order tp-cp-dp-pp"
+    assert "interleaving shrinks the bubble" not in text
 
 
 def test_breakdown_table_shows_only_parts_some_row_uses() -> None:

@@ -34,6 +34,7 @@ class RecommendArgs:
     top_k: int = DEFAULT_TOP_K
     constraints: tuple[str, ...] = ()
     profile: Path | None = None
+    what_if: bool = True
 
 
 def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommendation:
@@ -53,7 +54,8 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
         profile = load_link_profile(args.profile)
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
         return make_plan(model, cluster, job, top_k=args.top_k, profile=profile,
-                         defaults_used=[*nodes_used, *job_used], progress=progress)
+                         defaults_used=[*nodes_used, *job_used], with_what_ifs=args.what_if,
+                         progress=progress)
 
 
 @click.command("recommend-layout")
@@ -73,6 +75,9 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
               help="degree rule, repeatable: 'tp<=4', 'pp in 2,4', 'zero>=1', 'recompute=full'")
 @click.option("--profile", type=click.Path(path_type=Path), metavar="FILE",
               help="measured link profile (from 'placer calibrate') to use in the cost model")
+@click.option("--what-if/--no-what-if", "what_if", default=True, show_default=True,
+              help="also solve at half/twice the batch and twice the nodes to say what would "
+                   "change the answer (about 3x the search time)")
 @click.option("--json", "as_json", is_flag=True,
               help="print the whole plan as JSON (see 'placer schema plan') instead of tables")
 @click.option("--emit", "emit_dir", type=click.Path(path_type=Path), metavar="DIR",
@@ -87,7 +92,8 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
 @click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
 def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
                              global_batch: int | None, seq_len: int | None, top_k: int,
-                             constraints: Sequence[str], profile: Path | None, as_json: bool,
+                             constraints: Sequence[str], profile: Path | None, what_if: bool,
+                             as_json: bool,
                              emit_dir: Path | None, plot_dir: Path | None, script: str,
                              master_port: int, debug: bool, force: bool) -> None:
     """Rank parallel layouts for a model on a cluster and explain the best one.
@@ -100,7 +106,7 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
         require_matplotlib()
     args = RecommendArgs(model=model_ref, cluster=cluster_ref, nodes=nodes,
                          global_batch=global_batch, seq_len=seq_len, top_k=top_k,
-                         constraints=tuple(constraints), profile=profile)
+                         constraints=tuple(constraints), profile=profile, what_if=what_if)
     started = time.perf_counter()
     rec = recommend(args, progress_enabled=not as_json)
     elapsed_s = time.perf_counter() - started
@@ -154,7 +160,8 @@ def args_from_argv(argv: Sequence[str]) -> RecommendArgs:
         p = ctx.params
     return RecommendArgs(model=p["model_ref"], cluster=p["cluster_ref"], nodes=p["nodes"],
                          global_batch=p["global_batch"], seq_len=p["seq_len"], top_k=p["top_k"],
-                         constraints=tuple(p["constraints"]), profile=p["profile"])
+                         constraints=tuple(p["constraints"]), profile=p["profile"],
+                         what_if=p["what_if"])
 
 
 COMMANDS = [recommend_layout_command]

@@ -67,7 +67,8 @@ def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
         try:
             parsed.append(DegreeConstraint.parse(text))
         except ValueError as exc:
-            raise PlacerError(f"--constraint: {exc}") from None
+            where = "--constraint" if repr(text) in str(exc) else f"--constraint {text!r}"
+            raise PlacerError(f"{where}: {exc}") from None
     from placer.spec.presets import validated
 
     job = validated(Job, {"name": name, "seq_len": seq_len, "global_batch_size": global_batch,

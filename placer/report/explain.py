@@ -39,6 +39,12 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
     """The explanation of the first candidate, one sentence per line."""
     best = candidates[0]
     lines = [headline(best)]
+    idle = cluster.num_gpus - best.layout.num_gpus
+    if idle > 0:
+        lines.append(f"It uses {best.layout.num_gpus} of the {cluster.num_gpus} usable GPUs; the "
+                     f"other {idle} stay idle because no layout over more of them is both valid "
+                     f"(its degrees must also divide the {model.num_layers} layers and the "
+                     f"global batch of {job.global_batch_size}) and faster.")
     if len(candidates) > 1:
         lines.append(versus(best, candidates[1], "#2"))
     if baseline is not None:
@@ -52,10 +58,13 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
 
 def headline(best: Estimate) -> str:
     mem = best.memory
-    return (f"Best: {layout_text(best.layout)} (ranks ordered {'-'.join(best.mesh_order)}): "
-            f"{seconds(best.step_time_s)} per step, {count(best.tokens_per_s)} tokens/s, "
-            f"{percent(best.mfu)} MFU, {gib(mem.total_bytes)} of {gib(mem.capacity_bytes)} GiB "
-            f"per GPU ({gib(mem.capacity_bytes - mem.total_bytes)} GiB free).")
+    split = getattr(best, "stage_layers", None)
+    stages = f"; layers per pipeline stage {'/'.join(map(str, split))}" if split else ""
+    return (f"Best: {layout_text(best.layout)} (ranks ordered {'-'.join(best.mesh_order)}"
+            f"{stages}): {seconds(best.step_time_s)} per step, {count(best.tokens_per_s)} "
+            f"tokens/s, {percent(best.mfu)} MFU, {gib(mem.total_bytes)} of "
+            f"{gib(mem.capacity_bytes)} GiB per GPU ({gib(mem.capacity_bytes - mem.total_bytes)} "
+            f"GiB free).")
 
 
 def gain(best: Estimate, other: Estimate) -> float:
@@ -149,15 +158,14 @@ def what_if_sentences(best: Estimate, what_ifs: list[WhatIf]) -> list[str]:
     """One sentence per variant that changes the answer, then one for those that do not."""
     lines, holds = [], []
     for what in what_ifs:
+        lead = "What would change the answer: at" if not lines else "At"
         if what.layout is None:
-            lines.append(f"What would change the answer: at {what.label} no layout works "
-                         f"({what.problem}).")
+            lines.append(f"{lead} {what.label} no layout works ({what.problem}).")
         elif same_shape(what.layout, best.layout):
             holds.append(what.label)
         else:
             time = f", {seconds(what.step_time_s)} per step" if what.step_time_s else ""
-            lines.append(f"What would change the answer: at {what.label}, "
-                         f"{shape_changes(best.layout, what.layout)} wins "
+            lines.append(f"{lead} {what.label}, {shape_changes(best.layout, what.layout)} wins "
                          f"({layout_text(what.layout)}{time}).")
     if holds:
         joined = holds[0] if len(holds) == 1 else ", ".join(holds[:-1]) + " and " + holds[-1]

@@ -147,17 +147,11 @@ def render(rec: Recommendation, console: Console) -> None:
     console.print()
     console.print("Why #1:")
     console.print(_bullets(plan.explanation))
-    others = [(f"#{i}:", " ".join(c.why)) for i, c in enumerate(plan.candidates, 1) if c.why]
-    if others:
-        console.print()
-        console.print("Notes from the search:")
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(no_wrap=True)
-        grid.add_column()
-        for row in others:
-            grid.add_row(*row)
-        console.print(grid)
     best = plan.candidates[0]
+    if best.why:
+        console.print()
+        console.print("Search notes on #1 (--json has every candidate's):")
+        console.print(_bullets(best.why))
     console.print()
     console.print(f"Rank order of #1: {'-'.join(best.mesh_order)} (innermost first). "
                   f"--json prints the whole plan with rank maps; --emit DIR writes it with the "

@@ -1,7 +1,10 @@
 """What would change the answer: the best layout again at half and twice the batch, twice the nodes.
 
-Each variant is one cheap solver run (top 1). Which variants run depends only on the inputs (never
-on elapsed time), so the same inputs always give the same explanation.
+Each variant is one solver run for the top 1, with the same budget as the main search (a smaller
+CP-SAT budget places worse and can fake a flip). Which variants run depends only on the inputs
+(never on elapsed time), so the same inputs always give the same explanation. Twice the nodes is
+tried on regular clusters only: doubling a cluster with failed GPUs or several node pools is not
+a question anyone asks.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from placer.spec.model import Model
 RecommendFn = Callable[..., Any]
 MAX_GPUS_FOR_MORE_NODES = 4096
 """Twice the nodes is tried only up to this many GPUs after doubling, to keep the command fast."""
+
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ def variants(cluster: Cluster, job: Job) -> list[tuple[str, Cluster, Job]]:
     if gb % 2 == 0:
         out.append((f"half the global batch ({gb // 2} sequences)", cluster,
                     _with_batch(job, gb // 2)))
-    if len(cluster.pools) == 1 and 2 * cluster.num_gpus <= MAX_GPUS_FOR_MORE_NODES:
+    if cluster.is_regular and 2 * cluster.num_gpus <= MAX_GPUS_FOR_MORE_NODES:
         bigger = cluster.with_nodes(2 * cluster.num_nodes)
         out.append((f"twice the nodes ({bigger.num_nodes} nodes, {bigger.num_gpus} GPUs)", bigger,
                     job))
