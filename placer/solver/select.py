@@ -139,3 +139,20 @@ def select_top(rows: Sequence[Row], job: Job, num_gpus_by_row: Sequence[int], *,
                 model.add(pick[i] == 0)
     first = statuses[0] if statuses else "EMPTY"
     return Selection(picks, first, solves)
+
+
+def greedy_top(rows: Sequence[Row], k: int) -> list[int]:
+    """What ``select_top`` computes, by plain sorting: the reference for cross-checks."""
+    order = sorted(range(len(rows)), key=lambda i: (rows[i].key, i))
+    out: list[int] = []
+    excluded: set[int] = set()
+    for i in order:
+        if len(out) == k:
+            break
+        if i in excluded or rows[i].memory_bytes > rows[i].capacity_bytes:
+            continue
+        out.append(i)
+        chosen = rows[i]
+        excluded.update(j for j, row in enumerate(rows) if row.degrees == chosen.degrees and abs(
+            row.step_time_s - chosen.step_time_s) <= KNOB_TOLERANCE * chosen.step_time_s)
+    return out

@@ -1,22 +1,30 @@
-"""The costed table: branch and bound over degree tuples and micro-batch sizes.
+"""The costed table: branch and bound over degree tuples, micro-batches and knobs.
 
-Costing every layout is too slow at scale (GPT-3 on 1,024 GPUs has ~100k; the cost model takes
-~0.3 ms each), so the search bounds instead of enumerating, and stays exact:
+Costing every layout is too slow at scale (GPT-3 on 1,024 GPUs has ~66k; the cost model takes
+about a millisecond each), so the search bounds instead of enumerating:
 
 1. Memory: per (degrees, micro-batch) the most memory-saving knobs (full recompute, SP on,
    one virtual stage, the ZeRO stage that needs least) are checked first; if they do not fit,
    no knob setting fits, nor a larger micro-batch (memory only grows with it).
-2. Bound: two *probes* per pair (SP off/on, ZeRO 0, no recompute, one virtual stage) give a
-   lower bound on the step time of every knob setting of the pair: the step time is the sum of
-   the breakdown's parts, each >= 0, and compute, TP/CP/EP exposure and stage-boundary sends are
-   least without recompute and without interleaving, while the bubble shrinks at most by the
-   largest virtual-stage count. Pairs are expanded in order of their bound until the bound
-   exceeds the K-th best step time found over distinct degree tuples: no row beyond can enter
-   the top K (each pick uses up at most one of those K tuples).
-3. Recompute: inside a pair, for each (virtual stages, ZeRO, SP) only the least recomputation
+2. Recompute: for each (micro-batch, virtual stages, ZeRO, SP) only the least recomputation
    that fits is costed: more recomputation adds work and never removes any.
+3. Bounds, from the breakdown (its parts add up to the step time, each >= 0):
+   - a (tuple, micro-batch) pair: one *probe* per SP setting (ZeRO 0, no recompute, one virtual
+     stage); compute and TP/CP/EP exposure do not shrink with ZeRO, interleaving or recompute,
+     and the bubble shrinks at most by the largest virtual-stage count;
+   - a degree tuple: the probe of its largest micro-batch; per step, compute and TP/CP/EP
+     exposure do not grow with the micro-batch (the same tokens in fewer, larger GEMMs and
+     messages), and the bubble grows with it at most in proportion;
+   - a (virtual stages, SP, ZeRO) setting: the exact step time at one virtual stage and no
+     recompute, less its stage-boundary sends and the part of the bubble ``vpp`` removes.
+   Nodes are expanded in order of their bound until it exceeds the ``keep``-th best step time
+   over distinct degree tuples: nothing beyond can enter the top ``keep`` (each pick of the
+   top-K selection uses up at most one of those tuples).
+4. Self-check: every bound is compared with the costs it was meant to bound (each costed row,
+   each pair under its tuple). If the cost model ever breaks an assumption above, the search
+   is redone without bounds, so the answer stays exact and the violation is reported.
 
-``bench/search_speed.py`` checks the result against brute-force enumeration. Placements other
+``bench/search_speed.py`` compares the result with brute-force enumeration. Placements other
 than the natural one (mesh order ``tp-cp-dp-pp``) are searched afterwards, for the top rows.
 """
 
@@ -34,6 +42,9 @@ from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import Estimate, MemoryBreakdown
+
+BOUND_SLACK = 1e-9
+"""Relative float tolerance when checking a bound against the cost it bounds."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,8 @@ class TableStats:
     estimates: int = 0
     pairs: int = 0
     pairs_expanded: int = 0
+    bound_violations: int = 0
+    exhaustive: bool = False
     smallest: tuple[int, Layout, MemoryBreakdown] | None = field(default=None, repr=False)
 
     def saw(self, layout: Layout, memory: MemoryBreakdown) -> None:
@@ -92,13 +105,17 @@ class _Node:
     """For a pair its own probe; for a tuple the probe of its largest micro-batch."""
 
 
-class _Costing:
-    """Cost-model calls for one search, counted."""
+class _Search:
+    """Cost-model calls for one search, counted, with the bound checks."""
 
-    def __init__(self, model: Model, cluster: Cluster, job: Job,
-                 profile: LinkProfile | None, stats: TableStats) -> None:
-        self.model, self.cluster, self.job, self.stats = model, cluster, job, stats
-        self.profile = profile
+    def __init__(self, model: Model, cluster: Cluster, job: Job, profile: LinkProfile | None,
+                 keep: int, bounded: bool) -> None:
+        self.model, self.cluster, self.job, self.profile = model, cluster, job, profile
+        self.keep, self.bounded = keep, bounded
+        self.stats = TableStats()
+        self.best_by_tuple: dict[Degrees, float] = {}
+        self.threshold = float("inf")
+        self.rows: list[Row] = []
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         self.stats.memory_checks += 1
@@ -110,27 +127,42 @@ class _Costing:
         self.stats.estimates += 1
         return estimate(self.model, self.cluster, self.job, layout, profile=self.profile)
 
+    def check(self, bound_s: float, actual_s: float) -> None:
+        if actual_s < bound_s - BOUND_SLACK * max(1.0, abs(bound_s)):
+            self.stats.bound_violations += 1
+
+    def within(self, bound_s: float) -> bool:
+        return not self.bounded or bound_s <= self.threshold
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        best = self.best_by_tuple.get(row.degrees)
+        if best is None or row.step_time_s < best:
+            self.best_by_tuple[row.degrees] = row.step_time_s
+            if len(self.best_by_tuple) >= self.keep:
+                self.threshold = sorted(self.best_by_tuple.values())[self.keep - 1]
+
 
 def _fits(memory: MemoryBreakdown) -> bool:
     return memory.total_bytes <= memory.capacity_bytes
 
 
-def _least_memory_fits(cost: _Costing, degrees: Degrees, mbs: int) -> bool:
+def _least_memory_fits(search: _Search, degrees: Degrees, mbs: int) -> bool:
     """Whether any knob setting of (degrees, mbs) can fit: try the most saving ones."""
-    sp = degrees.tp > 1 and cost.job.seq_len % degrees.tp == 0
+    sp = degrees.tp > 1 and search.job.seq_len % degrees.tp == 0
     zeros = (3, 2, 1) if degrees.dp * degrees.cp > 1 else (0,)
-    return any(_fits(cost.memory(degrees.layout(mbs=mbs, zero=z, recompute="full", sp=sp)))
+    return any(_fits(search.memory(degrees.layout(mbs=mbs, zero=z, recompute="full", sp=sp)))
                for z in zeros)
 
 
-def _probe(cost: _Costing, degrees: Degrees, mbs: int) -> Probe:
+def _probe(search: _Search, degrees: Degrees, mbs: int) -> Probe:
     """One estimate per SP setting: ZeRO 0, no recompute, one virtual stage."""
-    sps = [False, True] if degrees.tp > 1 and cost.job.seq_len % degrees.tp == 0 else [False]
-    return tuple((sp, cost.estimate(degrees.layout(mbs=mbs, sp=sp))) for sp in sps)
+    sps = [False, True] if degrees.tp > 1 and search.job.seq_len % degrees.tp == 0 else [False]
+    return tuple((sp, search.estimate(degrees.layout(mbs=mbs, sp=sp))) for sp in sps)
 
 
 def _work(est: Estimate) -> float:
-    """Compute and TP/CP/EP exposure: the parts that do not shrink with a larger micro-batch."""
+    """Compute and TP/CP/EP exposure: the parts no knob but the micro-batch can shrink."""
     b = est.breakdown
     return b.compute_s + b.tp_exposed_s + b.cp_exposed_s + b.ep_exposed_s
 
@@ -141,23 +173,16 @@ def _vpp_max(options: KnobOptions, mbs: int) -> int:
 
 def _pair(degrees: Degrees, options: KnobOptions, mbs: int, probe: Probe) -> _Node:
     vpp_max = _vpp_max(options, mbs)
-    bound = min(_work(e) + e.breakdown.pp_p2p_s + e.breakdown.pp_bubble_s / vpp_max
-                for _, e in probe)
+    bound = min(_work(e) + e.breakdown.pp_bubble_s / vpp_max for _, e in probe)
     key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp, mbs)
     return _Node(bound, False, key, degrees, options, (mbs,), probe)
 
 
-def _tuple(cost: _Costing, degrees: Degrees, options: KnobOptions,
+def _tuple(search: _Search, degrees: Degrees, options: KnobOptions,
            mbs: tuple[int, ...]) -> _Node:
-    """Bound over every micro-batch of a tuple from the probe of the largest one.
-
-    Per step, compute and TP/CP/EP exposure do not grow with the micro-batch (the same tokens
-    in fewer, larger GEMMs and messages, so fixed costs are paid fewer times); the bubble grows
-    with it, at most in proportion, so the smallest micro-batch's bubble is at least
-    ``mbs_min / mbs_max`` of the largest's. Stage-boundary sends are left out (they are >= 0).
-    """
+    """Bound over every micro-batch of a tuple from the probe of the largest one."""
     largest, smallest = mbs[-1], mbs[0]
-    probe = _probe(cost, degrees, largest)
+    probe = _probe(search, degrees, largest)
     vpp_max = max(_vpp_max(options, m) for m in mbs)
     bound = min(_work(e) + e.breakdown.pp_bubble_s * smallest / largest / vpp_max
                 for _, e in probe)
@@ -165,28 +190,8 @@ def _tuple(cost: _Costing, degrees: Degrees, options: KnobOptions,
     return _Node(bound, True, key, degrees, options, mbs, probe)
 
 
-class _Best:
-    """Best step time per degree tuple; the threshold is the ``keep``-th best of them."""
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self.by_tuple: dict[Degrees, float] = {}
-        self.threshold = float("inf")
-
-    def add(self, row: Row) -> None:
-        best = self.by_tuple.get(row.degrees)
-        if best is None or row.step_time_s < best:
-            self.by_tuple[row.degrees] = row.step_time_s
-            if len(self.by_tuple) >= self.keep:
-                self.threshold = sorted(self.by_tuple.values())[self.keep - 1]
-
-
-def _expand(cost: _Costing, pair: _Node, best: _Best, rows: list[Row]) -> None:
-    """Cost the pair's knob settings in order of their own bound while it is within reach.
-
-    The bound of (vpp, sp, zero) is the exact step time at one virtual stage and no recompute,
-    less the part of the bubble that ``vpp`` virtual stages remove (their extra sends only add).
-    """
+def _expand(search: _Search, pair: _Node) -> None:
+    """Cost the pair's knob settings in order of their own bound while it is within reach."""
     options, degrees, mbs = pair.options, pair.degrees, pair.mbs[0]
     vpps = options.vpp_by_mbs[options.mbs.index(mbs)]
     base: dict[tuple[bool, int], Estimate] = {(sp, 0): e for sp, e in pair.probe}
@@ -194,10 +199,12 @@ def _expand(cost: _Costing, pair: _Node, best: _Best, rows: list[Row]) -> None:
     for sp in options.sp:
         for zero in options.zero:
             if (sp, zero) not in base:
-                base[(sp, zero)] = cost.estimate(degrees.layout(mbs=mbs, zero=zero, sp=sp))
+                base[(sp, zero)] = search.estimate(degrees.layout(mbs=mbs, zero=zero, sp=sp))
             est = base[(sp, zero)]
+            search.check(pair.bound_s, est.step_time_s)
+            b = est.breakdown
             for vpp in vpps:
-                bound = est.step_time_s - est.breakdown.pp_bubble_s * (1 - 1 / vpp)
+                bound = est.step_time_s - b.pp_p2p_s - b.pp_bubble_s * (1 - 1 / vpp)
                 combos.append((bound, vpp, sp, zero))
     combos.sort()
     one_stage: dict[tuple[bool, int, str], MemoryBreakdown] = {
@@ -209,41 +216,41 @@ def _expand(cost: _Costing, pair: _Node, best: _Best, rows: list[Row]) -> None:
         does not fit with one virtual stage is not checked again with more."""
         key = (sp, zero, recompute)
         if key not in one_stage:
-            one_stage[key] = cost.memory(degrees.layout(mbs=mbs, zero=zero,
-                                                        recompute=recompute, sp=sp))
+            one_stage[key] = search.memory(degrees.layout(mbs=mbs, zero=zero,
+                                                          recompute=recompute, sp=sp))
         memory = one_stage[key]
         if vpp > 1 and _fits(memory):
-            memory = cost.memory(degrees.layout(vpp=vpp, mbs=mbs, zero=zero,
-                                                recompute=recompute, sp=sp))
+            memory = search.memory(degrees.layout(vpp=vpp, mbs=mbs, zero=zero,
+                                                  recompute=recompute, sp=sp))
         return memory if _fits(memory) else None
 
     for bound, vpp, sp, zero in combos:
-        if bound > best.threshold:
+        if not search.within(bound):
             break
         for recompute in options.recompute:
             layout = degrees.layout(vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
-            if layout_problem(layout, cost.model, cost.job, degrees.num_gpus):
+            if layout_problem(layout, search.model, search.job, degrees.num_gpus):
                 continue
-            fitting = memory_at(vpp, sp, zero, recompute)
-            if fitting is None:
+            memory = memory_at(vpp, sp, zero, recompute)
+            if memory is None:
                 continue
-            memory = fitting
             if vpp == 1 and recompute == "none":
                 est = base[(sp, zero)]
-                cost.stats.saw(layout, memory)
+                search.stats.saw(layout, memory)
             else:
-                est = cost.estimate(layout)
-            row = Row(layout, est.step_time_s, memory.total_bytes, memory.capacity_bytes, est)
-            rows.append(row)
-            best.add(row)
+                est = search.estimate(layout)
+            search.check(bound, est.step_time_s)
+            search.check(pair.bound_s, est.step_time_s)
+            search.add(Row(layout, est.step_time_s, memory.total_bytes, memory.capacity_bytes,
+                           est))
             break  # more recomputation only adds work
 
 
-def build_table(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], *,
-                keep: int, profile: LinkProfile | None = None) -> tuple[list[Row], TableStats]:
-    """Costed rows that fit, enough to hold the best ``keep`` distinct candidates exactly."""
-    stats = TableStats(degree_tuples=len(degrees_list))
-    cost = _Costing(model, cluster, job, profile, stats)
+def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], keep: int,
+         profile: LinkProfile | None, bounded: bool) -> _Search:
+    search = _Search(model, cluster, job, profile, keep, bounded)
+    stats = search.stats
+    stats.degree_tuples = len(degrees_list)
     heap: list[_Node] = []
     for degrees in degrees_list:
         options = knob_options(degrees, model, job)
@@ -254,27 +261,75 @@ def build_table(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence
         for mbs in options.mbs:
             if not options.vpp_by_mbs[options.mbs.index(mbs)]:
                 continue
-            if not _least_memory_fits(cost, degrees, mbs):
+            if not _least_memory_fits(search, degrees, mbs):
                 break  # a larger micro-batch needs more memory still
             fitting.append(mbs)
         if fitting:
-            heap.append(_tuple(cost, degrees, options, tuple(fitting)))
+            heap.append(_tuple(search, degrees, options, tuple(fitting)))
     heapq.heapify(heap)
-    best = _Best(keep)
-    rows: list[Row] = []
     while heap:
         node = heapq.heappop(heap)
-        if node.bound_s > best.threshold:
+        if not search.within(node.bound_s):
             break
         if node.is_tuple:
             for mbs in node.mbs:
-                probe = node.probe if mbs == node.mbs[-1] else _probe(cost, node.degrees, mbs)
+                probe = node.probe if mbs == node.mbs[-1] else _probe(search, node.degrees, mbs)
+                pair = _pair(node.degrees, node.options, mbs, probe)
+                search.check(node.bound_s, pair.bound_s)
                 stats.pairs += 1
-                heapq.heappush(heap, _pair(node.degrees, node.options, mbs, probe))
+                heapq.heappush(heap, pair)
             continue
         stats.pairs_expanded += 1
-        _expand(cost, node, best, rows)
-    return pareto_rows(rows), stats
+        _expand(search, node)
+    return search
+
+
+def build_table(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], *,
+                keep: int, profile: LinkProfile | None = None) -> tuple[list[Row], TableStats]:
+    """Costed rows that fit, enough to hold the best ``keep`` distinct candidates exactly."""
+    search = _run(model, cluster, job, degrees_list, keep, profile, bounded=True)
+    if search.stats.bound_violations:
+        violations = search.stats.bound_violations
+        search = _run(model, cluster, job, degrees_list, keep, profile, bounded=False)
+        search.stats.bound_violations = violations
+        search.stats.exhaustive = True
+    return pareto_rows(search.rows), search.stats
+
+
+def exhaustive_rows(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees],
+                    profile: LinkProfile | None = None) -> tuple[list[Row], int]:
+    """Every layout of the space costed, no bounds (the brute force ``build_table`` must
+    agree with; benchmarks and tests only). Returns the rows that fit and the layouts costed."""
+    rows: list[Row] = []
+    costed = 0
+    for degrees in degrees_list:
+        options = knob_options(degrees, model, job)
+        for mbs, vpps in zip(options.mbs, options.vpp_by_mbs, strict=True):
+            for vpp in vpps:
+                for zero in options.zero:
+                    for recompute in options.recompute:
+                        for sp in options.sp:
+                            layout = degrees.layout(vpp=vpp, mbs=mbs, zero=zero,
+                                                    recompute=recompute, sp=sp)
+                            if layout_problem(layout, model, job, degrees.num_gpus):
+                                continue
+                            costed += 1
+                            est = estimate(model, cluster, job, layout, profile=profile)
+                            if est.fits:
+                                rows.append(Row(layout, est.step_time_s, est.peak_memory_bytes,
+                                                est.memory.capacity_bytes, est))
+    return sorted(rows, key=lambda r: r.key), costed
+
+
+def least_recompute(rows: Sequence[Row]) -> list[Row]:
+    """Per knob setting, only the least recomputation that fits (the table's policy)."""
+    kept: dict[tuple[int, ...], Row] = {}
+    for row in rows:
+        key = layout_key(row.layout)
+        setting = key[:9] + key[10:]  # everything but the recompute index
+        if setting not in kept or key < layout_key(kept[setting].layout):
+            kept[setting] = row
+    return list(kept.values())
 
 
 def pareto_rows(rows: Sequence[Row]) -> list[Row]:
