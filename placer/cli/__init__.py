@@ -23,6 +23,7 @@ def cli() -> None:
 def _register() -> None:
     from placer.cli import (
         check_command,
+        estimate_command,
         launch_command,
         recommend_command,
         spec_commands,
@@ -30,8 +31,8 @@ def _register() -> None:
         verify_command,
     )
 
-    for module in (spec_commands, recommend_command, launch_command, check_command,
-                   topology_command, verify_command):
+    for module in (spec_commands, recommend_command, estimate_command, launch_command,
+                   check_command, topology_command, verify_command):
         for command in module.COMMANDS:
             cli.add_command(command)
 

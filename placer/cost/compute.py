@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from placer.cost.memory import LOGITS_BYTES_PER_ENTRY, activation_bytes_per_token
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
-from placer.cost.params import mlp_matrices
+from placer.cost.params import mlp_matrices, num_moe_layers
 from placer.cost.profile import HBM_EFFICIENCY, Calibration
 from placer.spec.job import Job
 from placer.spec.layout import Layout
@@ -183,7 +183,7 @@ def forward_flops_per_token(model: Model, seq_len: int) -> float:
     gate = mlp_matrices(model)
     attention = 2 * h * d * (2 * a + 2 * g) + 4 * a * d * seq_len
     dense_mlp = 2 * h * model.ffn_hidden_size * gate
-    moe_layers = model.num_moe_layers
+    moe_layers = num_moe_layers(model)
     total = model.num_layers * attention + (model.num_layers - moe_layers) * dense_mlp
     if model.moe is not None and moe_layers:
         moe = model.moe

@@ -151,8 +151,22 @@ def _zero_shards(layout: Layout) -> tuple[int, int]:
     return layout.dp * layout.cp, layout.expert_dp
 
 
+def _activation_parts(model: Model, job: Job, layout: Layout,
+                      options: CostOptions) -> tuple[ActivationParts, ActivationParts]:
+    """Per-token activations of a dense and of an MoE layer (the same on every stage)."""
+    # Selective recomputation re-runs core attention, so its scores are never kept.
+    flash = options.flash_attention or layout.recompute == "selective"
+    fp8 = job.precision == "fp8"
+    return tuple(  # type: ignore[return-value]
+        activation_bytes_per_token(model, layout, moe, flash_attention=flash,
+                                   seq_len=job.seq_len, fp8=fp8,
+                                   moe_load_imbalance=options.moe_load_imbalance)
+        for moe in (False, True))
+
+
 def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
-                  options: CostOptions) -> _StageMemory:
+                  options: CostOptions, acts: tuple[ActivationParts, ActivationParts]
+                  ) -> _StageMemory:
     opt = job.optimizer
     params = stage_params(model, layout, shape)
     dense_shard, expert_shard = _zero_shards(layout)
@@ -171,24 +185,18 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     m = layout.num_microbatches(job.global_batch_size)
     held = microbatches_in_flight(layout, shape.stage, m)
     imbalance = options.moe_load_imbalance
-    # Selective recomputation re-runs core attention, so its scores are never kept.
-    flash = options.flash_attention or layout.recompute == "selective"
-    fp8 = job.precision == "fp8"
-    dense_act = activation_bytes_per_token(model, layout, False, flash_attention=flash,
-                                           seq_len=job.seq_len, fp8=fp8,
-                                           moe_load_imbalance=imbalance)
-    moe_act = activation_bytes_per_token(model, layout, True, flash_attention=flash,
-                                         seq_len=job.seq_len, fp8=fp8,
-                                         moe_load_imbalance=imbalance)
+    dense_act, moe_act = acts
     dense_layers = shape.layers - shape.moe_layers
+    # The backward of a layer holds its activations and their gradients at once: one layer's
+    # worth on top of what is kept (with full recomputation, its recomputed activations too).
+    worst_layer = (moe_act.total if shape.moe_layers else dense_act.total) * tokens
     if layout.recompute == "full":
-        # Inputs of every layer for every in-flight micro-batch, plus one layer's working set.
+        # Inputs of every layer for every in-flight micro-batch, plus one layer recomputed.
         kept = shape.layers * held * dense_act.checkpoint * tokens
-        worst_layer = moe_act.total if shape.moe_layers else dense_act.total
-        activations = kept + worst_layer * tokens
+        activations = kept + 2 * worst_layer
     else:
         per_mb = (dense_layers * dense_act.total + shape.moe_layers * moe_act.total) * tokens
-        activations = per_mb * held
+        activations = per_mb * held + worst_layer
     rep = 1.0 / layout.tp if layout.sequence_parallel else 1.0
     if shape.first:
         activations += held * tokens * (EMBEDDING_ID_BYTES_PER_TOKEN + model.hidden_size * rep)
@@ -221,10 +229,11 @@ def _fragmentation(dynamic_bytes: float) -> float:
     return dynamic_bytes * FRAGMENTATION_FRACTION / (1.0 - FRAGMENTATION_FRACTION)
 
 
-def _communicators(layout: Layout) -> int:
+def _communicators(layout: Layout, moe: bool) -> int:
     """Process groups a rank talks on (each holds NCCL buffers)."""
-    sizes = (layout.tp, layout.pp, layout.dp * layout.cp, layout.cp, layout.ep, layout.etp,
-             layout.expert_dp)
+    sizes = [layout.tp, layout.pp, layout.dp * layout.cp, layout.cp]
+    if moe:
+        sizes += [layout.ep, layout.etp, layout.expert_dp]
     return max(1, sum(1 for s in sizes if s > 1))
 
 
@@ -237,10 +246,12 @@ def capacity_bytes(cluster: Cluster, job: Job) -> int:
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
                     options: CostOptions = DEFAULT_OPTIONS) -> MemoryBreakdown:
     """Peak memory of the worst pipeline stage (cheap: no topology, O(pp + layers))."""
-    framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(layout)
+    framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
+        layout, model.moe is not None)
     best: tuple[float, int, _StageMemory] | None = None
+    acts = _activation_parts(model, job, layout, options)
     for shape in stage_shapes(model, layout):
-        mem = _stage_memory(model, job, layout, shape, options)
+        mem = _stage_memory(model, job, layout, shape, options, acts)
         dynamic = mem.activations + mem.logits + mem.moe_buffers + mem.transient
         total = mem.weights + mem.gradients + mem.optimizer + dynamic + _fragmentation(dynamic)
         if best is None or total > best[0]:
@@ -290,7 +301,7 @@ def minimum_gpus_needed(model: Model, cluster: Cluster, job: Job) -> MinimumGpus
     gpus = max(1, math.ceil(state / per_gpu))
     have = cluster.num_gpus
     gpu_bytes = bounding_node_type(cluster).gpu.capacity_bytes
-    reason = (f"weights and optimizer state need {_tb(state)}; {have} x {_gb(gpu_bytes)} = "
+    reason = (f"weights and optimizer state need {_tb(state)}; {have} x {_gib(gpu_bytes)} = "
               f"{_tb(have * gpu_bytes)} even fully sharded; at least {gpus} GPUs are needed")
     return MinimumGpus(gpus=gpus, state_bytes=state, per_gpu_bytes=per_gpu, reason=reason)
 
@@ -299,5 +310,5 @@ def _tb(value: float) -> str:
     return f"{value / 1e12:.1f} TB"
 
 
-def _gb(value: float) -> str:
-    return f"{value / 1e9:.0f} GB"
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.0f} GiB"

@@ -52,9 +52,19 @@ def embedding_params(model: Model) -> int:
     return model.vocab_size * model.hidden_size
 
 
+@lru_cache(maxsize=4096)
+def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
+    return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
+
+
+def num_moe_layers(model: Model) -> int:
+    """MoE layers of the model (cached: the solver asks for every candidate)."""
+    return sum(_moe_layer_flags(model))
+
+
 def total_params(model: Model) -> int:
     """Every parameter of the model (the N in 6N)."""
-    moe_layers = model.num_moe_layers
+    moe_layers = num_moe_layers(model)
     dense_layers = model.num_layers - moe_layers
     output = 0 if model.tied_embeddings else embedding_params(model)
     return (model.num_layers * attention_params(model) + dense_layers * dense_mlp_params(model)
@@ -86,11 +96,6 @@ class StageShape:
     moe_layers: int
     first: bool
     last: bool
-
-
-@lru_cache(maxsize=4096)
-def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
-    return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
 
 
 def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:

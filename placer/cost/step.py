@@ -35,7 +35,7 @@ from placer.cost.profile import Calibration, calibration_for
 from placer.errors import InputError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec.cluster import Cluster
-from placer.spec.job import Job
+from placer.spec.job import Job, Optimizer
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
@@ -427,26 +427,16 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         stage_times)
     worst = 0.0
     rows: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]] = []
+    nics = not per_step_zero3  # ZeRO-3 shards: each GPU's own NIC share (_zero_traffic)
+    memo: dict[tuple[float, float], list[tuple[str, GroupLinkLike, float, CollectiveTime,
+                                              float]]] = {}
     for shape, times in zip(shapes, stage_times, strict=True):
         params = stage_params(model, layout, shape)
-        parts: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]] = []
-        for share, link_key in ((params.dense, "dp"), (params.expert, "edp")):
-            if share <= 0 or link_key not in links or links[link_key].size <= 1:
-                continue
-            link = links[link_key]
-            grad_bytes = share * opt.grad_bytes
-            fraction = min(1.0, bucket / share)
-            nics = not per_step_zero3  # ZeRO-3 shards: each GPU's own NIC share (_zero_traffic)
-            if zero == 0:
-                one = coll.all_reduce(link, grad_bytes, calib)
-                parts.append(("all_reduce", link, grad_bytes, one, fraction))
-            elif zero == 1 or per_step_zero3:
-                one = coll.reduce_scatter(link, grad_bytes, calib, aggregate_nics=nics)
-                parts.append(("reduce_scatter", link, grad_bytes, one, fraction))
-            param_bytes = share * opt.param_bytes
-            if zero >= 1:
-                one = coll.all_gather(link, param_bytes, calib, aggregate_nics=nics)
-                parts.append(("all_gather", link, param_bytes, one, fraction))
+        key = (params.dense, params.expert)
+        if key not in memo:
+            memo[key] = _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
+                                  per_step_zero3, nics)
+        parts = memo[key]
         grads = [p for p in parts if p[0] != "all_gather"]
         gathers = [p for p in parts if p[0] == "all_gather"]
         if overlap:
@@ -463,6 +453,30 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         share = one.time_s / total if total > 0 else 0.0
         ledger.add("dp", name, link, nbytes, one, 1, worst * share)
     return worst
+
+
+def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration,
+              opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool, nics: bool
+              ) -> list[tuple[str, GroupLinkLike, float, CollectiveTime, float]]:
+    """The once-per-step collectives of one stage: (name, link, bytes, time, last-bucket share)."""
+    parts: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]] = []
+    for share, link_key in ((dense, "dp"), (expert, "edp")):
+        if share <= 0 or link_key not in links or links[link_key].size <= 1:
+            continue
+        link = links[link_key]
+        grad_bytes = share * opt.grad_bytes
+        fraction = min(1.0, bucket / share)
+        if zero == 0:
+            one = coll.all_reduce(link, grad_bytes, calib)
+            parts.append(("all_reduce", link, grad_bytes, one, fraction))
+        elif zero == 1 or per_step_zero3:
+            one = coll.reduce_scatter(link, grad_bytes, calib, aggregate_nics=nics)
+            parts.append(("reduce_scatter", link, grad_bytes, one, fraction))
+        if zero >= 1:
+            param_bytes = share * opt.param_bytes
+            one = coll.all_gather(link, param_bytes, calib, aggregate_nics=nics)
+            parts.append(("all_gather", link, param_bytes, one, fraction))
+    return parts
 
 
 def _bucketed_exposed(parts: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]],

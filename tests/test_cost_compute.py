@@ -1,0 +1,114 @@
+"""FLOPs and compute time: Narayanan's formulas, GQA, gated and MoE MLPs, recomputation, the GEMM
+efficiency curve and FP8."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.cost.compute import (
+    forward_flops_per_token,
+    gemm_time,
+    layer_work,
+    model_flops_per_step,
+    pass_times,
+    recompute_flops_per_step,
+)
+from placer.cost.options import CostOptions
+from placer.cost.params import total_params
+from placer.cost.profile import calibration_for
+from placer.spec import Job, Layout
+from placer.spec.presets import cluster_preset, model_preset
+
+GPT175 = model_preset("gpt3-175b")
+
+
+def test_model_flops_match_narayanan_72_formula_for_gpt() -> None:
+    # 72 B s l h^2 (1 + s/6h + V/12lh) (conventions.md 9.3) for MHA, FFN 4h, no GLU.
+    job = Job(seq_len=2048, global_batch_size=1536)
+    b, s, lay, h, v = 1536, 2048, 96, 12288, 51200
+    expected = 72 * b * s * lay * h * h * (1 + s / (6 * h) + v / (12 * lay * h))
+    # Norms and biases carry no FLOPs here, as in the formula.
+    assert model_flops_per_step(GPT175, job) == pytest.approx(expected, rel=1e-3)
+
+
+def test_full_recompute_adds_one_forward_of_the_layers() -> None:
+    job = Job(seq_len=2048, global_batch_size=1536)
+    b, s, lay, h, v = 1536, 2048, 96, 12288, 51200
+    hardware = model_flops_per_step(GPT175, job) + recompute_flops_per_step(
+        GPT175, job, Layout(recompute="full"))
+    eq3 = 96 * b * s * lay * h * h * (1 + s / (6 * h) + v / (16 * lay * h))
+    assert hardware == pytest.approx(eq3, rel=1e-3)
+    assert recompute_flops_per_step(GPT175, job, Layout(recompute="none")) == 0.0
+    selective = recompute_flops_per_step(GPT175, job, Layout(recompute="selective"))
+    assert selective == pytest.approx(b * s * lay * 4 * s * h)
+
+
+def test_gqa_gated_and_moe_forward_flops() -> None:
+    llama = model_preset("llama3-8b")
+    h, f, g, a, d, v, lay = 4096, 14336, 8, 32, 128, 128256, 32
+    s = 8192
+    per_layer = 2 * h * d * (2 * a + 2 * g) + 4 * a * d * s + 3 * 2 * h * f
+    assert forward_flops_per_token(llama, s) == pytest.approx(lay * per_layer + 2 * h * v)
+    mixtral = model_preset("mixtral-8x7b")
+    dense_equiv = mixtral.model_copy(update={"moe": None})
+    extra_per_layer = 2 * 4096 * 8 + 2 * 3 * 2 * 4096 * 14336 - 3 * 2 * 4096 * 14336
+    assert forward_flops_per_token(mixtral, s) - forward_flops_per_token(dense_equiv, s) == (
+        pytest.approx(32 * extra_per_layer))
+
+
+def test_total_params_of_presets_are_close_to_their_names() -> None:
+    assert total_params(model_preset("llama3-70b")) == pytest.approx(70.6e9, rel=0.01)
+    assert total_params(model_preset("llama3-405b")) == pytest.approx(405.9e9, rel=0.01)
+    assert total_params(model_preset("mixtral-8x7b")) == pytest.approx(46.7e9, rel=0.01)
+
+
+def test_gemm_efficiency_falls_as_gemms_shrink() -> None:
+    peak, eff, half = 1e15, 0.7, 1e10
+    assert gemm_time(1e13, peak, eff, half) == pytest.approx((1e13 + 1e10) / 7e14)
+    big = 1e13 / gemm_time(1e13, peak, eff, half) / peak
+    small = 1e10 / gemm_time(1e10, peak, eff, half) / peak
+    assert big == pytest.approx(eff * 1e13 / (1e13 + half))
+    assert small == pytest.approx(eff / 2)
+
+
+def test_tensor_parallelism_splits_the_layer_and_lowers_efficiency() -> None:
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    job = Job(seq_len=4096, global_batch_size=8)
+    model = model_preset("llama3-8b")
+    t1 = pass_times(layer_work(model, job, Layout(tp=1), False), calib, "bf16", "none")
+    t8 = pass_times(layer_work(model, job, Layout(tp=8, sequence_parallel=True), False), calib,
+                    "bf16", "none")
+    assert t8.total_s > t1.total_s / 8  # splitting 8 ways is not 8x faster
+    assert t8.total_s < t1.total_s / 4
+
+
+def test_recompute_modes_and_fp8() -> None:
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    job = Job(seq_len=4096, global_batch_size=8)
+    model = model_preset("llama3-8b")
+    work = layer_work(model, job, Layout(), False)
+    none = pass_times(work, calib, "bf16", "none")
+    full = pass_times(work, calib, "bf16", "full")
+    selective = pass_times(work, calib, "bf16", "selective")
+    assert none.recompute_s == 0.0
+    assert full.recompute_s == pytest.approx(full.forward_s)
+    assert 0.0 < selective.recompute_s < full.recompute_s
+    fp8 = pass_times(work, calib, "fp8", "none")
+    assert fp8.total_s < none.total_s
+    # Attention stays in BF16, so FP8 cannot halve the layer.
+    assert fp8.total_s > none.total_s / 2
+
+
+def test_unfused_attention_runs_the_whole_square_and_moves_scores() -> None:
+    calib = calibration_for(cluster_preset("dgx-a100"))
+    job = Job(seq_len=2048, global_batch_size=8)
+    layout = Layout(tp=8)
+    fused = layer_work(GPT175, job, layout, False)
+    unfused = layer_work(GPT175, job, layout, False, CostOptions(flash_attention=False))
+    assert fused.attention_flops > 0 and fused.score_bytes == 0
+    assert unfused.attention_flops == 0
+    assert sum(f * n for f, n in unfused.attention_gemms) == pytest.approx(
+        2 * fused.attention_flops)  # no causal skipping
+    assert unfused.score_bytes == pytest.approx(5 * 96 * 2048 / 8 * 2048)
+    slow = pass_times(unfused, calib, "bf16", "selective")
+    assert slow.recompute_s > 0

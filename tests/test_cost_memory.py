@@ -1,0 +1,145 @@
+"""Memory per GPU: Korthikanti's activation table, ZeRO bytes per parameter, pipeline in-flight
+micro-batches, worst stage, expert sharding, and the minimum-GPU bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.cost import memory_estimate, minimum_gpus_needed
+from placer.cost.memory import activation_bytes_per_token, microbatches_in_flight
+from placer.cost.params import stage_params, stage_shapes, total_params
+from placer.spec import Job, Layout, Model
+from placer.spec.presets import cluster_preset, model_preset
+
+# GPT 22B of Korthikanti et al. (Table 3): MHA, FFN = 4h, plain GeLU MLP.
+GPT22B = Model(name="gpt-22b", num_layers=48, hidden_size=6144, num_attention_heads=64,
+               ffn_hidden_size=4 * 6144, gated_mlp=False, vocab_size=51200,
+               tied_embeddings=True)
+S = 2048
+
+
+def per_token(layout: Layout, flash: bool = False) -> float:
+    parts = activation_bytes_per_token(GPT22B, layout, False, flash_attention=flash, seq_len=S)
+    return parts.total
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_table_2_tensor_parallel(t: int) -> None:
+    h, a = 6144, 64
+    expected = h * (10 + 24 / t + 5 * a * S / (h * t))  # bytes per token: sbh(...) / (sb)
+    assert per_token(Layout(tp=t)) == pytest.approx(expected)
+
+
+def test_korthikanti_table_2_sequence_parallel_and_selective() -> None:
+    h, a, t = 6144, 64, 8
+    sp = Layout(tp=t, sequence_parallel=True)
+    assert per_token(sp) == pytest.approx(h * (34 / t + 5 * a * S / (h * t)))
+    # Selective recomputation drops exactly the 5as/h score terms: 34/t with SP, 10 + 24/t without.
+    scores = 5 * a * S / t
+    assert per_token(sp) - scores == pytest.approx(h * 34 / t)
+    assert per_token(Layout(tp=t)) - scores == pytest.approx(h * (10 + 24 / t))
+
+
+def test_full_recompute_keeps_only_the_layer_input() -> None:
+    parts = activation_bytes_per_token(GPT22B, Layout(tp=8), False)
+    assert parts.checkpoint == 2 * 6144  # 2sbh per layer, Table 2
+    sp = activation_bytes_per_token(GPT22B, Layout(tp=8, sequence_parallel=True), False)
+    assert sp.checkpoint == pytest.approx(2 * 6144 / 8)
+
+
+def test_flash_attention_stores_no_scores_and_gqa_shrinks_k_v() -> None:
+    mha = Model(name="mha", num_layers=2, hidden_size=4096, num_attention_heads=32,
+                ffn_hidden_size=4 * 4096, gated_mlp=False, vocab_size=1000)
+    gqa = mha.model_copy(update={"num_kv_heads": 8})
+    layout = Layout(tp=1)
+    flash = activation_bytes_per_token(mha, layout, False)
+    # 34h plus the fp32 log-sum-exp per head, nothing quadratic in s.
+    assert flash.total == pytest.approx(34 * 4096 + 4 * 32)
+    # K and V: 2 x 2 bytes x (g d) instead of (a d) per token.
+    saved = activation_bytes_per_token(mha, layout, False).total - activation_bytes_per_token(
+        gqa, layout, False).total
+    assert saved == pytest.approx(2 * 2 * (32 - 8) * 128)
+
+
+def test_gated_mlp_keeps_both_halves_before_the_activation() -> None:
+    plain = Model(name="plain", num_layers=2, hidden_size=1024, num_attention_heads=8,
+                  ffn_hidden_size=4096, gated_mlp=False, vocab_size=1000)
+    gated = plain.model_copy(update={"gated_mlp": True})
+    diff = (activation_bytes_per_token(gated, Layout(), False).total
+            - activation_bytes_per_token(plain, Layout(), False).total)
+    assert diff == 2 * 4096
+
+
+def test_in_flight_micro_batches_1f1b_and_interleaved() -> None:
+    # 1F1B: stage r holds min(p - r, m); interleaved stage 0 holds p (1 + (p-1)/(p v)).
+    assert microbatches_in_flight(Layout(pp=4, dp=1), 0, 16) == 4
+    assert microbatches_in_flight(Layout(pp=4, dp=1), 3, 16) == 1
+    assert microbatches_in_flight(Layout(pp=4, dp=1), 0, 2) == 2
+    assert microbatches_in_flight(Layout(pp=4, vpp=2), 0, 16) == pytest.approx(4 * (1 + 3 / 8))
+    assert microbatches_in_flight(Layout(), 0, 16) == 1
+
+
+def zero_bytes_per_param(zero: int, dp: int) -> float:
+    model = model_preset("llama3-8b")
+    cluster = cluster_preset("dgx-h100")
+    job = Job(seq_len=1024, global_batch_size=dp)
+    layout = Layout(dp=dp, zero_stage=zero)
+    mem = memory_estimate(model, cluster, job, layout)
+    state = mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes
+    return state / total_params(model)
+
+
+@pytest.mark.parametrize(("zero", "expected"), [
+    (0, 18.0),  # bf16 weights, fp32 grads, fp32 master + Adam moments (Megatron's 18)
+    (1, 6 + 12 / 8),  # distributed optimizer: 6 + 12/d
+    (2, 2 + 16 / 8),
+    (3, 18 / 8),
+])
+def test_zero_bytes_per_parameter(zero: int, expected: float) -> None:
+    assert zero_bytes_per_param(zero, 8) == pytest.approx(expected, rel=1e-6)
+
+
+def test_first_stage_holds_the_embedding_and_most_activations() -> None:
+    model = model_preset("llama3-70b")
+    layout = Layout(tp=8, pp=4, dp=2, sequence_parallel=True, zero_stage=1)
+    job = Job(seq_len=4096, global_batch_size=64)
+    mem = memory_estimate(model, cluster_preset("dgx-h100").with_nodes(8), job, layout)
+    assert mem.worst_stage == 0
+    shapes = stage_shapes(model, layout)
+    first, middle = (stage_params(model, layout, shapes[i]).total for i in (0, 1))
+    assert first - middle == pytest.approx(model.vocab_size * model.hidden_size / 8)
+    assert mem.total_bytes == sum(v for k, v in mem.model_dump().items()
+                                  if k.endswith("_bytes") and k not in ("total_bytes",
+                                                                        "capacity_bytes"))
+
+
+def test_experts_are_sharded_over_expert_parallelism() -> None:
+    model = model_preset("mixtral-8x7b")
+    job = Job(seq_len=4096, global_batch_size=16)
+    cluster = cluster_preset("dgx-h100")
+    one = memory_estimate(model, cluster, job, Layout(dp=8, ep=1, zero_stage=1))
+    eight = memory_estimate(model, cluster, job, Layout(dp=8, ep=8, zero_stage=1))
+    assert eight.weights_bytes < one.weights_bytes / 3
+    assert eight.moe_buffers_bytes > 0
+
+
+def test_fp8_keeps_linear_inputs_in_one_byte() -> None:
+    model = model_preset("llama3-8b")
+    cluster = cluster_preset("dgx-h100")
+    layout = Layout(dp=8, zero_stage=1)
+    bf16 = memory_estimate(model, cluster, Job(seq_len=4096, global_batch_size=8), layout)
+    fp8 = memory_estimate(model, cluster, Job(seq_len=4096, global_batch_size=8,
+                                              precision="fp8"), layout)
+    assert fp8.activations_bytes < bf16.activations_bytes
+
+
+def test_minimum_gpus_needed_is_the_fully_sharded_state_over_usable_memory() -> None:
+    model = model_preset("llama3-405b")
+    cluster = cluster_preset("dgx-a100").with_nodes(2)
+    need = minimum_gpus_needed(model, cluster, Job(seq_len=4096, global_batch_size=16))
+    state = total_params(model) * 18
+    assert need.state_bytes == state
+    assert need.gpus > 16
+    assert state / need.gpus <= need.per_gpu_bytes < state / (need.gpus - 1)
+    assert "16 x" in need.reason and f"at least {need.gpus} GPUs" in need.reason
+    assert "\n" not in need.reason

@@ -1,0 +1,155 @@
+"""Step time composed from the parts: bubble, breakdown, overlaps, placements, every preset."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.cost import estimate
+from placer.cost.options import CostOptions
+from placer.mesh import DEFAULT_ORDER
+from placer.spec import Job, Layout, Model
+from placer.spec.presets import cluster_names, cluster_preset, model_preset
+from placer.spec.results import Estimate
+
+# A model whose ends are negligible, so every pipeline stage costs the same.
+UNIFORM = Model(name="uniform", num_layers=16, hidden_size=4096, num_attention_heads=32,
+                ffn_hidden_size=16384, gated_mlp=False, vocab_size=8, tied_embeddings=True)
+
+
+def parts_sum(est: Estimate) -> float:
+    return sum(est.breakdown.model_dump().values())
+
+
+def stage_time(est: Estimate, m: int) -> float:
+    b = est.breakdown
+    return (b.compute_s + b.recompute_s + b.tp_exposed_s + b.cp_exposed_s + b.ep_exposed_s
+            + b.zero_exposed_s) / m
+
+
+@pytest.mark.parametrize(("vpp", "m"), [(1, 8), (1, 32), (2, 8)])
+def test_pipeline_bubble_is_p_minus_1_over_v_m(vpp: int, m: int) -> None:
+    cluster = cluster_preset("dgx-h100")
+    layout = Layout(pp=4, dp=2, vpp=vpp, micro_batch_size=1)
+    job = Job(seq_len=2048, global_batch_size=2 * m)
+    est = estimate(UNIFORM, cluster, job, layout)
+    fraction = est.breakdown.pp_bubble_s / (m * stage_time(est, m))
+    # The last stage also runs the (tiny) output layer, so stages differ by well under 1 %.
+    assert fraction == pytest.approx(3 / (vpp * m), rel=1e-2)
+
+
+def test_breakdown_adds_up_and_throughput_follows() -> None:
+    cluster = cluster_preset("dgx-h100").with_nodes(4)
+    job = Job(seq_len=4096, global_batch_size=64)
+    est = estimate(model_preset("llama3-70b"), cluster, job,
+                   Layout(tp=8, pp=2, dp=2, zero_stage=1, recompute="selective",
+                          sequence_parallel=True))
+    assert est.step_time_s == pytest.approx(parts_sum(est))
+    assert est.tokens_per_s == pytest.approx(64 * 4096 / est.step_time_s)
+    assert est.mfu == pytest.approx(est.tflops_per_gpu * 1e12 / 989.4e12)
+    assert est.hardware_tflops_per_gpu > est.tflops_per_gpu
+    assert est.breakdown.tp_exposed_s > 0 and est.breakdown.pp_bubble_s > 0
+    assert {c.dimension for c in est.collectives} >= {"tp", "pp", "dp"}
+    assert est.links == {"tp": "nvlink", "pp": "network", "dp": "network"}
+
+
+def test_one_gpu_has_no_communication() -> None:
+    cluster = cluster_preset("dgx-h100")
+    est = estimate(model_preset("llama2-7b"), cluster, Job(seq_len=2048, global_batch_size=4),
+                   Layout(micro_batch_size=1))
+    b = est.breakdown
+    assert b.tp_exposed_s == b.dp_exposed_s == b.pp_bubble_s == b.pp_p2p_s == 0.0
+    assert est.collectives == [] and est.links == {}
+    assert est.step_time_s == pytest.approx(b.compute_s + b.optimizer_s)
+
+
+def test_tp_across_nodes_costs_more_than_tp_inside_a_node() -> None:
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    job = Job(seq_len=4096, global_batch_size=16)
+    layout = Layout(tp=2, dp=8, sequence_parallel=True)
+    model = model_preset("llama3-8b")
+    inside = estimate(model, cluster, job, layout)
+    # dp innermost: the two TP ranks land 8 slots apart, on different nodes.
+    across = estimate(model, cluster, job, layout, order=("dp", "tp", "cp", "pp"))
+    assert across.links["tp"] == "network" and inside.links["tp"] == "nvlink"
+    assert across.breakdown.tp_exposed_s > 5 * inside.breakdown.tp_exposed_s
+    # The same through an explicit placement: swap the roles of the two nodes' halves.
+    swapped = [(i % 2) * 8 + i // 2 for i in range(16)]
+    placed = estimate(model, cluster, job, layout, order=DEFAULT_ORDER, placement=swapped)
+    assert placed.links["tp"] == "network"
+
+
+def test_overlap_options_change_only_what_they_overlap() -> None:
+    cluster = cluster_preset("dgx-a100").with_nodes(4)
+    job = Job(seq_len=2048, global_batch_size=32)
+    layout = Layout(tp=8, dp=4, micro_batch_size=1)
+    model = model_preset("gpt-7.5b")
+    base = estimate(model, cluster, job, layout)
+    no_dp_overlap = estimate(model, cluster, job, layout,
+                             options=CostOptions(dp_comm_overlap=False))
+    tp_overlap = estimate(model, cluster, job, layout, options=CostOptions(tp_comm_overlap=True))
+    unfused = estimate(model, cluster, job, layout, options=CostOptions(flash_attention=False))
+    assert no_dp_overlap.breakdown.dp_exposed_s > base.breakdown.dp_exposed_s
+    assert no_dp_overlap.breakdown.compute_s == base.breakdown.compute_s
+    assert tp_overlap.breakdown.tp_exposed_s < base.breakdown.tp_exposed_s
+    assert unfused.step_time_s > base.step_time_s
+
+
+def test_zero3_gathers_per_micro_batch_and_context_parallel_exchanges_kv() -> None:
+    cluster = cluster_preset("dgx-h100").with_nodes(4)
+    model = model_preset("llama3-8b")
+    z3 = estimate(model, cluster, Job(seq_len=4096, global_batch_size=64),
+                  Layout(dp=32, zero_stage=3, micro_batch_size=1, recompute="full"))
+    kinds = {(c.dimension, c.collective): c for c in z3.collectives}
+    assert kinds[("zero", "all_gather")].calls_per_step == 3 * 2  # fwd, recompute, bwd x m=2
+    assert kinds[("zero", "reduce_scatter")].calls_per_step == 2
+    cp = estimate(model, cluster, Job(seq_len=65536, global_batch_size=8),
+                  Layout(cp=8, dp=4, zero_stage=1, recompute="full"))
+    rows = {(c.dimension, c.collective): c for c in cp.collectives}
+    assert rows[("cp", "send_recv")].group_size == 8
+    assert cp.breakdown.cp_exposed_s < rows[("cp", "send_recv")].time_s
+
+
+def test_moe_all_to_all_and_load_imbalance() -> None:
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    model = model_preset("mixtral-8x7b")
+    job = Job(seq_len=4096, global_batch_size=32)
+    layout = Layout(tp=2, dp=8, ep=8, zero_stage=1, sequence_parallel=True,
+                    recompute="selective")
+    balanced = estimate(model, cluster, job, layout, options=CostOptions(moe_load_imbalance=1.0))
+    skewed = estimate(model, cluster, job, layout, options=CostOptions(moe_load_imbalance=1.5))
+    assert any(c.dimension == "ep" and c.collective == "all_to_all" for c in balanced.collectives)
+    assert skewed.breakdown.ep_exposed_s == pytest.approx(1.5 * balanced.breakdown.ep_exposed_s,
+                                                          rel=0.05)
+    assert skewed.step_time_s > balanced.step_time_s
+    assert skewed.peak_memory_bytes > balanced.peak_memory_bytes
+
+
+@pytest.mark.parametrize("name", cluster_names())
+def test_every_cluster_preset_estimates_dense_and_moe(name: str) -> None:
+    cluster = cluster_preset(name)
+    gpus = cluster.num_gpus
+    dense = estimate(model_preset("llama3-8b"), cluster, Job(seq_len=4096, global_batch_size=gpus),
+                     Layout(dp=gpus, zero_stage=1, recompute="selective"))
+    moe = estimate(model_preset("mixtral-8x7b"), cluster,
+                   Job(seq_len=4096, global_batch_size=gpus, precision="fp8"),
+                   Layout(tp=2, dp=gpus // 2, ep=gpus // 2 if gpus // 2 <= 8 else 8,
+                          zero_stage=1, recompute="full", sequence_parallel=True))
+    for est in (dense, moe):
+        assert 0 < est.mfu < 1 and est.step_time_s == pytest.approx(parts_sum(est))
+
+
+def test_same_inputs_give_the_same_json() -> None:
+    cluster = cluster_preset("dgx-b200").with_nodes(2)
+    job = Job(seq_len=4096, global_batch_size=32, precision="fp8")
+    layout = Layout(tp=4, pp=2, dp=2, zero_stage=1, sequence_parallel=True)
+    first = estimate(model_preset("llama3-70b"), cluster, job, layout).model_dump_json()
+    second = estimate(model_preset("llama3-70b"), cluster, job, layout).model_dump_json()
+    assert first == second
+
+
+def test_more_gpus_than_the_cluster_is_a_user_error() -> None:
+    from placer.errors import InputError
+
+    with pytest.raises(InputError, match="needs 16 GPUs"):
+        estimate(model_preset("llama3-8b"), cluster_preset("dgx-h100"),
+                 Job(seq_len=4096, global_batch_size=16), Layout(dp=16))
