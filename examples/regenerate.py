@@ -1,4 +1,4 @@
-"""Rerun every example and rewrite its outputs: output.txt, plan.json and plots/.
+"""Rerun every example and rewrite its outputs: output.txt, plan.json and plots/*.png.
 
 Run from the repository root:  .venv/bin/python examples/regenerate.py [NAME ...]
 
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
         rec = run_example(example)
         (example / "output.txt").write_text(render_text(rec), encoding="utf-8")
         (example / "plan.json").write_text(plan_json(rec.plan), encoding="utf-8")
-        plot_recommendation(rec, example / "plots")
+        plot_recommendation(rec, example / "plots", formats=("png",))
         best = rec.plan.candidates[0].layout.compact()
         print(f"{example.name}: {best} ({time.perf_counter() - started:.1f} s)")
     return 0

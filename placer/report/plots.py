@@ -53,9 +53,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, stem: Path) -> list[Path]:
+def _save(fig: Any, stem: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
     paths = []
-    for fmt in FORMATS:
+    for fmt in formats:
         path = stem.with_suffix(f".{fmt}")
         metadata = {"Date": None} if fmt == "svg" else {"Software": None}
         fig.savefig(path, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
@@ -73,7 +73,8 @@ def _tp_group_ids(candidate: Candidate) -> dict[int, int]:
     return out
 
 
-def plot_rank_map(candidate: Candidate, cluster: Cluster, stem: Path, title: str) -> list[Path]:
+def plot_rank_map(candidate: Candidate, cluster: Cluster, stem: Path, title: str,
+                  formats: Sequence[str] = FORMATS) -> list[Path]:
     """Draw where each rank runs; returns the PNG and SVG paths."""
     plt = _pyplot()
     from matplotlib.patches import Patch, Rectangle
@@ -139,7 +140,7 @@ def plot_rank_map(candidate: Candidate, cluster: Cluster, stem: Path, title: str
     ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
               title=f"colour = TP group (TP={layout.tp})\nrN = global rank", title_fontsize=7,
               frameon=False)
-    paths = _save(fig, stem)
+    paths = _save(fig, stem, formats)
     plt.close(fig)
     return paths
 
@@ -155,30 +156,40 @@ def _node_label(index: int, hostname: str | None, node_type: str, cluster: Clust
     return f"{name} ({node_type})" if len(cluster.node_types) > 1 else name
 
 
-def plot_breakdown(estimates: Sequence[tuple[str, Estimate]], stem: Path,
-                   title: str) -> list[Path]:
-    """Stacked bars of step-time parts, one bar per candidate; returns the PNG and SVG paths."""
+def plot_breakdown(estimates: Sequence[tuple[str, Estimate]], stem: Path, title: str,
+                   formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Stacked bars of step-time parts, one bar per candidate, beside the same bars without
+    compute (where layouts differ most); returns the written paths."""
     plt = _pyplot()
     fields = [f for f in BREAKDOWN_LABELS if any(getattr(e.breakdown, f) > 0 for _, e in estimates)]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(estimates) + 3.5), 4.8))
-    labels = [f"{name}\n{_short(e)}" for name, e in estimates]
-    bottoms = [0.0] * len(estimates)
-    for f in fields:
-        values = [getattr(e.breakdown, f) for _, e in estimates]
-        ax.bar(labels, values, bottom=bottoms, color=PART_COLOURS[f], label=BREAKDOWN_LABELS[f],
-               edgecolor="white", linewidth=0.5)
-        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    for i, (_, e) in enumerate(estimates):
-        ax.text(i, bottoms[i], f"{e.step_time_s:.3g} s\nMFU {e.mfu * 100:.0f}%", ha="center",
-                va="bottom", fontsize=7)
-    ax.set_ylim(0, max(bottoms) * 1.18)
-    ax.set_ylabel("predicted time per step (s)")
-    ax.set_title(title, fontsize=10)
-    ax.tick_params(axis="x", labelsize=7)
-    handles, names = ax.get_legend_handles_labels()
-    ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              fontsize=7, frameon=False, title="step-time part", title_fontsize=7)
-    paths = _save(fig, stem)
+    width = max(9.0, 2.2 * len(estimates) + 3.5)
+    fig, (full, rest) = plt.subplots(1, 2, figsize=(width, 5.0), width_ratios=(3, 2))
+    long_labels = [f"{name}\n{_short(e)}" for name, e in estimates]
+    short_labels = [name for name, _ in estimates]
+    panels = ((full, fields, long_labels),
+              (rest, [f for f in fields if f != "compute_s"], short_labels))
+    for ax, parts, labels in panels:
+        bottoms = [0.0] * len(estimates)
+        for f in parts:
+            values = [getattr(e.breakdown, f) for _, e in estimates]
+            ax.bar(labels, values, bottom=bottoms, color=PART_COLOURS[f],
+                   label=BREAKDOWN_LABELS[f], edgecolor="white", linewidth=0.5)
+            bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+        ax.set_ylim(0, max(max(bottoms), 1e-9) * 1.2)
+        ax.tick_params(axis="x", labelsize=6.5)
+        if ax is full:
+            for i, (_, e) in enumerate(estimates):
+                ax.text(i, bottoms[i], f"{e.step_time_s:.3g} s\nMFU {e.mfu * 100:.0f}%",
+                        ha="center", va="bottom", fontsize=7)
+    full.set_ylabel("predicted time per step (s)")
+    rest.set_ylabel("seconds per step")
+    full.set_title("whole step", fontsize=9)
+    rest.set_title("everything but compute (where layouts differ)", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    handles, names = full.get_legend_handles_labels()
+    rest.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                fontsize=7, frameon=False, title="step-time part", title_fontsize=7)
+    paths = _save(fig, stem, formats)
     plt.close(fig)
     return paths
 
@@ -190,26 +201,29 @@ def _short(e: Estimate) -> str:
         text += f" CP{lay.cp}"
     if lay.ep > 1:
         text += f" EP{lay.ep}"
-    return text + f"\nmbs{lay.micro_batch_size} ZeRO-{lay.zero_stage}\n{lay.recompute} recompute"
+    recompute = "no" if lay.recompute == "none" else lay.recompute
+    return text + f"\nmbs{lay.micro_batch_size} ZeRO-{lay.zero_stage}\n{recompute} recompute"
 
 
-def plot_recommendation(rec: Recommendation, out_dir: Path) -> list[Path]:
+def plot_recommendation(rec: Recommendation, out_dir: Path,
+                        formats: Sequence[str] = FORMATS) -> list[Path]:
     """``plot_plan`` with the common default as an extra bar (what --plot draws)."""
     extra = []
     if rec.baseline is not None and rec.baseline.estimate is not None:
-        extra.append(("default", rec.baseline.estimate))
-    return plot_plan(rec.plan, out_dir, extra)
+        extra.append(("common\ndefault", rec.baseline.estimate))
+    return plot_plan(rec.plan, out_dir, extra, formats)
 
 
-def plot_plan(plan: Plan, out_dir: Path, extra: Sequence[tuple[str, Estimate]] = ()) -> list[Path]:
+def plot_plan(plan: Plan, out_dir: Path, extra: Sequence[tuple[str, Estimate]] = (),
+              formats: Sequence[str] = FORMATS) -> list[Path]:
     """The rank map of #1 and the breakdown chart of the top K (plus ``extra`` rows)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     best = plan.candidates[0]
     title = f"{plan.model.name}: rank map of #1"
-    paths = plot_rank_map(best, plan.cluster, out_dir / "rankmap", title)
+    paths = plot_rank_map(best, plan.cluster, out_dir / "rankmap", title, formats)
     rows = [(f"#{i}", c) for i, c in enumerate(plan.candidates, 1)]
     rows += list(extra)
     chart_title = (f"{plan.model.name} on {plan.num_gpus} GPUs: step-time breakdown of the top "
                    f"{len(plan.candidates)}")
-    paths += plot_breakdown(rows, out_dir / "breakdown", chart_title)
+    paths += plot_breakdown(rows, out_dir / "breakdown", chart_title, formats)
     return paths
