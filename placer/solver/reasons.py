@@ -27,45 +27,67 @@ def _unconstrained(job: Job) -> Job:
     return job.model_copy(update={"constraints": ()})
 
 
+def _degrees_text(degrees: Degrees) -> str:
+    text = f"tp={degrees.tp},pp={degrees.pp},dp={degrees.dp},cp={degrees.cp}"
+    return text + (f",ep={degrees.ep},etp={degrees.etp}" if degrees.ep * degrees.etp > 1 else "")
+
+
 def no_degrees_reason(model: Model, job: Job, num_gpus: int, tp_capacity: Mapping[int, int],
                       all_tp: Mapping[int, int], *, exact: bool, nvlink_size: int) -> str:
-    """No degree tuple passes: blame the job's constraints, the NVLink rule, or the rules."""
-    if job.constraints:
-        free = degree_tuples(model, _unconstrained(job), num_gpus, tp_capacity, exact=exact)
-        if free:
-            shown = ", ".join(str(c) for c in job.constraints)
-            return (f"the job's constraints ({shown}) exclude every layout of {num_gpus} GPUs; "
-                    f"without them e.g. {free[-1].layout().compact()} is valid")
+    """No degree tuple passes: blame the NVLink rule, the job's constraints, or the rules."""
     if not job.allow_tp_outside_nvlink:
         relaxed = degree_tuples(model, job, num_gpus, all_tp, exact=exact)
         if relaxed:
             return (f"every valid layout of {num_gpus} GPUs needs tp={relaxed[0].tp} or more, "
                     f"but TP groups must stay inside an NVLink domain of {nvlink_size} GPUs; "
                     "set allow_tp_outside_nvlink in the job to allow it (slow)")
+    if job.constraints:
+        free = degree_tuples(model, _unconstrained(job), num_gpus, tp_capacity, exact=exact)
+        if free:
+            shown = ", ".join(str(c) for c in job.constraints)
+            return (f"the job's constraints ({shown}) exclude every layout of {num_gpus} GPUs; "
+                    f"without them e.g. {_degrees_text(free[-1])} is valid")
     return _rule_reason(model, job, num_gpus)
 
 
+_DIM_RULES = {"tp": "divides the attention heads", "pp": "divides the layers",
+              "cp": "2 x cp divides the sequence", "dp": "divides the global batch"}
+
+
 def _rule_reason(model: Model, job: Job, num_gpus: int) -> str:
-    """The degree rule most layouts of ``num_gpus`` GPUs break, with an example."""
+    """Which degree rule blocks: no product of individually valid degrees makes the GPU
+    count, or else the rule most factorizations break."""
+    free = _unconstrained(job)
+    allowed: dict[str, list[int]] = {}
+    for dim in ("tp", "pp", "cp", "dp"):
+        allowed[dim] = [v for v in divisors(num_gpus)
+                        if layout_problem(Degrees(1, 1, 1, 1).layout().model_copy(
+                            update={dim: v}), model, free, v) is None]
+    products = {t * p * c * d for t in allowed["tp"] for p in allowed["pp"]
+                for c in allowed["cp"] for d in allowed["dp"]}
+    if num_gpus not in products:
+        sets = "; ".join(f"{dim} in {{{','.join(map(str, values))}}} ({_DIM_RULES[dim]})"
+                         for dim, values in allowed.items())
+        return (f"no parallel layout of {num_gpus} GPUs passes the degree rules for "
+                f"{model.name}: tp x pp x cp x dp = {num_gpus} has no solution with {sets}; "
+                "change the GPU count, the global batch or the sequence length")
     problems: Counter[tuple[str, str]] = Counter()
     example: dict[tuple[str, str], str] = {}
     for tp in divisors(num_gpus):
         for pp in divisors(num_gpus // tp):
             for cp in divisors(num_gpus // (tp * pp)):
-                dp = num_gpus // (tp * pp * cp)
-                layout = Degrees(tp, pp, dp, cp).layout()
-                problem = layout_problem(layout, model, _unconstrained(job), num_gpus)
+                degrees = Degrees(tp, pp, num_gpus // (tp * pp * cp), cp)
+                problem = layout_problem(degrees.layout(), model, free, num_gpus)
                 if problem is None:
                     continue
                 field, _, fix = problem
-                key = (field, fix.split("=")[0])
+                key = (field, fix)
                 problems[key] += 1
-                example.setdefault(key, f"{layout.compact().split(',vpp')[0]}: {field} {fix}")
-    if not problems:
-        return f"no parallel layout of {num_gpus} GPUs is valid for {model.name}"
+                example.setdefault(key, _degrees_text(degrees))
     key = min(problems, key=lambda k: (-problems[k], k))
     return (f"no parallel layout of {num_gpus} GPUs passes the degree rules for {model.name}; "
-            f"{problems[key]} of {sum(problems.values())} fail like {example[key]}")
+            f"{problems[key]} of {sum(problems.values())} fail like {example[key]}: "
+            f"{key[0]} {key[1]}")
 
 
 def memory_reason(model: Model, cluster: Cluster, job: Job, stats: TableStats) -> str:

@@ -1,0 +1,173 @@
+"""recommend(): the search agrees with brute force, is deterministic, keeps the NVLink rule and
+the job's constraints, returns distinct candidates, and explains infeasible inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.errors import InfeasibleError
+from placer.mesh import MeshGrid
+from placer.solver import recommend
+from placer.solver.placement import tp_capacity
+from placer.solver.select import KNOB_TOLERANCE, greedy_top, select_top
+from placer.solver.space import Degrees, degree_tuples, divisors
+from placer.solver.table import build_table, exhaustive_rows, least_recompute, pareto_rows
+from placer.spec import Cluster, Job
+from placer.spec.presets import cluster_preset, model_preset
+from placer.topology import topology_of
+
+SMALL = Job(seq_len=4096, global_batch_size=64)
+
+
+def _cluster(nodes: int, preset: str = "dgx-h100") -> Cluster:
+    return cluster_preset(preset).with_nodes(nodes)
+
+
+def _tuples(model_name: str, cluster: Cluster, job: Job) -> list[Degrees]:
+    model = model_preset(model_name)
+    caps = tp_capacity(topology_of(cluster), job, divisors(model.num_attention_heads))
+    return degree_tuples(model, job, cluster.num_gpus, caps, exact=True)
+
+
+@pytest.mark.parametrize("model_name, nodes", [("llama3-8b", 2), ("gpt-3.6b", 2)])
+def test_bounded_search_finds_the_brute_force_top_k(model_name: str, nodes: int) -> None:
+    """Every layout costed vs the branch and bound: same top 5, and no bound was violated."""
+    model, cluster = model_preset(model_name), _cluster(nodes)
+    degrees = _tuples(model_name, cluster, SMALL)
+    rows, stats = build_table(model, cluster, SMALL, degrees, keep=5)
+    assert stats.bound_violations == 0 and not stats.exhaustive
+    picked = select_top(rows, SMALL, [r.layout.num_gpus for r in rows], k=5, max_tp=8,
+                        time_limit_s=5.0)
+    brute, costed = exhaustive_rows(model, cluster, SMALL, degrees)
+    assert stats.estimates < costed
+    reference = pareto_rows(least_recompute(brute))
+    expected = [reference[i] for i in greedy_top(reference, 5)]
+    got = [rows[i] for i in picked.picks]
+    assert [r.layout for r in got] == [r.layout for r in expected]
+    assert [r.step_time_s for r in got] == [r.step_time_s for r in expected]
+
+
+def test_same_input_same_output() -> None:
+    model, cluster = model_preset("llama3-8b"), _cluster(2)
+    first = recommend(model, cluster, SMALL, top_k=3)
+    second = recommend(model, cluster, SMALL, top_k=3)
+    assert [c.model_dump() for c in first.candidates] == [c.model_dump() for c in
+                                                           second.candidates]
+    assert first.detail == second.detail
+
+
+def test_candidates_are_ranked_distinct_and_fit() -> None:
+    result = recommend(model_preset("llama3-70b"), _cluster(4), SMALL, top_k=5)
+    candidates = result.candidates
+    assert len(candidates) == 5
+    times = [c.step_time_s for c in candidates]
+    assert times == sorted(times)
+    for i, a in enumerate(candidates):
+        assert a.fits and a.peak_memory_bytes <= a.memory.capacity_bytes
+        for b in candidates[i + 1:]:
+            same = Degrees.of(a.layout) == Degrees.of(b.layout)
+            assert not (same and abs(a.step_time_s - b.step_time_s)
+                        <= KNOB_TOLERANCE * a.step_time_s)
+    assert result.stats.solver_status == "OPTIMAL"
+    assert result.stats.layouts_considered > result.stats.layouts_feasible > 0
+
+
+def _tp_nodes(candidate) -> set[int]:
+    """How many nodes each TP group spans, over every group of the candidate."""
+    grid = MeshGrid(candidate.layout, tuple(candidate.mesh_order))
+    node_of = {grid.logical_index(e.coords): e.node for e in candidate.rank_map}
+    return {len({node_of[i] for i in group}) for group in grid.groups("tp")}
+
+
+def test_tp_stays_inside_a_node_unless_the_job_allows_otherwise() -> None:
+    model = model_preset("llama3-70b")
+    for candidate in recommend(model, _cluster(4), SMALL, top_k=5).candidates:
+        assert candidate.layout.tp <= 8 and _tp_nodes(candidate) == {1}
+    allowed = Job(seq_len=4096, global_batch_size=64, allow_tp_outside_nvlink=True,
+                  constraints=["tp=16"])
+    wide = recommend(model, _cluster(4), allowed, top_k=1).candidates[0]
+    assert wide.layout.tp == 16 and _tp_nodes(wide) == {2}
+
+
+def test_user_constraints_are_respected() -> None:
+    job = Job(seq_len=4096, global_batch_size=64,
+              constraints=["pp=2", "zero<=1", "recompute=selective", "mbs in 1,2"])
+    result = recommend(model_preset("llama3-8b"), _cluster(2), job, top_k=4)
+    assert result.candidates
+    for c in result.candidates:
+        layout = c.layout
+        assert layout.pp == 2 and layout.zero_stage <= 1 and layout.recompute == "selective"
+        assert layout.micro_batch_size in (1, 2)
+
+
+def test_rank_map_is_torchruns_numbering_on_the_cluster() -> None:
+    candidate = recommend(model_preset("llama3-8b"), _cluster(2), SMALL, top_k=1).candidates[0]
+    entries = candidate.rank_map
+    assert [e.rank for e in entries] == list(range(16))
+    assert [(e.node, e.local_rank) for e in entries] == [(n, g) for n in range(2)
+                                                         for g in range(8)]
+    grid = MeshGrid(candidate.layout, tuple(candidate.mesh_order))
+    assert sorted(grid.logical_index(e.coords) for e in entries) == list(range(16))
+
+
+def test_degraded_cluster_uses_only_healthy_gpus() -> None:
+    data = _cluster(4).model_dump()
+    data["excluded_gpus"] = [{"node": 1, "gpu": 3}]
+    cluster = Cluster.model_validate(data)
+    result = recommend(model_preset("llama3-8b"), cluster, SMALL, top_k=2)
+    for c in result.candidates:
+        used = {(e.node, e.gpu) for e in c.rank_map}
+        assert (1, 3) not in used and len(used) == c.layout.num_gpus <= 31
+        assert _tp_nodes(c) == {1}
+
+
+def test_mixed_gpu_types_give_slower_stages_fewer_layers() -> None:
+    h100, a100 = cluster_preset("dgx-h100"), cluster_preset("dgx-a100")
+    cluster = Cluster.model_validate({
+        "name": "mixed",
+        "node_types": [h100.node_types[0].model_dump(), a100.node_types[0].model_dump()],
+        "pools": [{"node_type": h100.node_types[0].name, "count": 2},
+                  {"node_type": a100.node_types[0].name, "count": 2}],
+        "network": h100.network.model_dump()})
+    job = Job(seq_len=4096, global_batch_size=64, constraints=["pp=4", "vpp=1"])
+    candidate = recommend(model_preset("llama3-8b"), cluster, job, top_k=1).candidates[0]
+    assert candidate.stage_layers is not None and sum(candidate.stage_layers) == 32
+    grid = MeshGrid(candidate.layout, tuple(candidate.mesh_order))
+    stage_types = {}
+    for e in candidate.rank_map:
+        stage = grid.coords(grid.logical_index(e.coords))["pp"]
+        stage_types.setdefault(stage, set()).add(cluster.node_type_of(e.node).gpu.name)
+    fast = [candidate.stage_layers[s] for s, t in stage_types.items() if t == {"H100-SXM-80GB"}]
+    slow = [candidate.stage_layers[s] for s, t in stage_types.items() if "A100-80GB" in t]
+    assert fast and slow and min(fast) > max(slow)
+
+
+def test_too_few_gpus_gets_the_memory_bound() -> None:
+    with pytest.raises(InfeasibleError, match=r"at least \d+ GPUs are needed"):
+        recommend(model_preset("llama3-405b"), _cluster(2), SMALL)
+
+
+def test_conflicting_constraints_are_named() -> None:
+    job = Job(seq_len=4096, global_batch_size=64, constraints=["tp=8", "pp=8", "cp=2"])
+    with pytest.raises(InfeasibleError, match=r"constraints \(tp=8, pp=8, cp=2\)"):
+        recommend(model_preset("llama3-8b"), _cluster(2), job)
+
+
+def test_nvlink_rule_is_named_when_it_is_what_blocks() -> None:
+    job = Job(seq_len=4096, global_batch_size=64, constraints=["tp>=16"])
+    with pytest.raises(InfeasibleError, match="NVLink domain of 8"):
+        recommend(model_preset("llama3-70b"), _cluster(2), job)
+
+
+def test_memory_is_named_when_every_layout_runs_out() -> None:
+    job = Job(seq_len=131072, global_batch_size=16, constraints=["cp=1", "tp<=2"])
+    with pytest.raises(InfeasibleError, match="no layout fits in GPU memory under the job's"):
+        recommend(model_preset("llama3-8b"), _cluster(1), job)
+
+
+def test_degree_rules_are_named_when_nothing_divides() -> None:
+    # 24 GPUs need a factor 3 that no degree can take: tp, pp divide powers of two, an odd
+    # sequence rules out cp > 1, and dp must divide a batch of 7.
+    job = Job(seq_len=4095, global_batch_size=7)
+    with pytest.raises(InfeasibleError, match="passes the degree rules"):
+        recommend(model_preset("llama3-8b"), _cluster(3), job)
