@@ -32,6 +32,7 @@ from placer.mesh import DEFAULT_ORDER
 from placer.spec import Cluster, Job, Layout, Model, Optimizer
 from placer.spec.layout import layout_problem
 from placer.spec.presets import cluster_preset, gpu_preset, model_preset
+from placer.spec.profile import LinkClassProfile, LinkProfile
 from placer.spec.results import Estimate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,8 +44,16 @@ MINIMUM = {"mean": 10.0, "max": 25.0, "pairwise": 80.0}
 PRESET_NAMES = {
     "gpt3175b": "gpt3-175b", "llama27b": "llama2-7b", "llama213b": "llama2-13b",
     "llama270b": "llama2-70b", "llama38b": "llama3-8b", "llama370b": "llama3-70b",
-    "gptoss120b": "gpt-oss-120b", "qwen330ba3b": "qwen3-30b-a3b",
+    "llama318b": "llama3-8b", "llama3170b": "llama3-70b", "llama3405b": "llama3-405b",
+    "llama31405b": "llama3-405b", "gptoss120b": "gpt-oss-120b", "qwen330ba3b": "qwen3-30b-a3b",
+    "mixtral8x7b": "mixtral-8x7b", "mixtral8x22b": "mixtral-8x22b", "deepseekv3": "deepseek-v3",
 }
+# Hardware text (prefix, case-insensitive) -> cluster preset and GPUs per node, most specific
+# first; Jean Zay and Grand Teton are built below.
+HARDWARE = (
+    ("gb200", "gb200-nvl72", 4), ("b200", "dgx-b200", 8), ("h200", "hgx-h200", 8),
+    ("h100 (dgx-h100)", "dgx-h100", 8), ("a100 80gb", "dgx-a100", 8), ("l40s", "pcie-8x-l40s", 8),
+)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class Case:
     flops_per_token: float | None  # the source's own convention, for display
     oom: bool
     options: CostOptions = field(default_factory=CostOptions)
+    profile: LinkProfile | None = None
     assumptions: list[str] = field(default_factory=list)
     reported_memory_gib: float | None = None
 
@@ -115,15 +125,34 @@ def _jean_zay(nodes: int) -> Cluster:
     return Cluster.model_validate(data)
 
 
+# NCCL's bus bandwidth per GPU over Jean Zay's Omni-Path (100 Gb/s links, two GPUs per link).
+# NCCL has no native Omni-Path transport, and its socket transport reaches at most ~60 % of
+# wire speed even at 32 Gb/s (nccl#209); no measurement on this fabric was found, so the figure
+# is a hardware constant fitted by bench/fit_compute.py over all BLOOM rows (the only runs on
+# it) and handed to the cost model the way a measured link profile would be.
+JEAN_ZAY_NETWORK_BUSBW = 1.51e9
+JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
+
+
+def jean_zay_profile(busbw: float = JEAN_ZAY_NETWORK_BUSBW) -> LinkProfile:
+    return LinkProfile(cluster="jean-zay", inter_node=LinkClassProfile(
+        latency_s=JEAN_ZAY_NETWORK_LATENCY_S, bandwidth_bytes_per_s=busbw))
+
+
 def _grand_teton(nodes: int) -> Cluster:
-    """Meta Grand Teton (torchtitan): H100 96 GB HBM2e, NVLink, 400 Gb/s RDMA per GPU.
+    """Meta Grand Teton (torchtitan): H100 96 GB HBM2e, NVLink, 400 Gb/s RDMA per GPU, 500 W.
 
     The 96 GB SKU keeps the 80 GB SKU's visible fraction of its capacity and its HBM bandwidth
-    (not published); its 500 W power limit is not modelled.
+    (not published). The 500 W power limit (the SXM part is rated 700 W) lowers the clock the
+    tensor cores sustain; with dynamic power ~ f^3 under voltage-frequency scaling, the peak is
+    taken as (500/700)^(1/3) = 0.89 of the rated one (an assumption: no measurement was found).
     """
     base = gpu_preset("H100-SXM-80GB")
+    clock = (500 / 700) ** (1 / 3)
     gpu = base.model_copy(update={"name": "H100-SXM-96GB",
-                                  "memory_bytes": int(base.memory_bytes * 96 / 80)})
+                                  "memory_bytes": int(base.memory_bytes * 96 / 80),
+                                  "bf16_flops": base.bf16_flops * clock,
+                                  "fp8_flops": (base.fp8_flops or 0) * clock or None})
     data = cluster_preset("dgx-h100").model_dump()
     node = data["node_types"][0]
     node["name"] = "grand-teton"
@@ -135,22 +164,33 @@ def _grand_teton(nodes: int) -> Cluster:
     return Cluster.model_validate(data)
 
 
+def _a100_40gb(nodes: int) -> Cluster:
+    """DGX A100 with the 40 GB GPU."""
+    data = cluster_preset("dgx-a100").model_dump()
+    data["node_types"][0]["gpu"] = gpu_preset("A100-40GB").model_dump()
+    data["pools"] = [{"node_type": data["node_types"][0]["name"], "count": nodes}]
+    return Cluster.model_validate(data)
+
+
 def cluster_for(hardware: dict[str, Any]) -> tuple[Cluster, list[str]]:
     """The cluster a record ran on, from its hardware text."""
     text = hardware["gpu_type"]
+    lower = text.lower()
     gpus = hardware["num_gpus"]
-    per_node = hardware.get("gpus_per_node") or 8
-    nodes = _nodes(gpus, per_node)
-    if text.startswith("A100 80GB (Jean Zay)"):
-        return _jean_zay(nodes), []
-    if text.startswith("A100 80GB"):
-        return cluster_preset("dgx-a100").with_nodes(nodes), []
-    if text.startswith("H100 96GB"):
-        return _grand_teton(nodes), ["H100 96GB: 80GB SKU's HBM bandwidth, 500 W limit ignored"]
-    if text.startswith("H100 (DGX-H100)"):
-        return cluster_preset("dgx-h100").with_nodes(nodes), []
-    if text.startswith("H100"):
-        return cluster_preset("dgx-h100").with_nodes(nodes), ["H100 system taken as DGX H100"]
+    if lower.startswith("a100 80gb (jean zay)"):
+        return _jean_zay(_nodes(gpus, 8)), []
+    if lower.startswith("h100 96gb"):
+        return _grand_teton(_nodes(gpus, 8)), [
+            "H100 96GB: 80GB SKU's HBM bandwidth; 500 W limit as 0.89x clock"]
+    if lower.startswith("a100 40gb"):
+        return _a100_40gb(_nodes(gpus, 8)), []
+    for prefix, preset, per_node in HARDWARE:
+        if lower.startswith(prefix):
+            per_node = hardware.get("gpus_per_node") or per_node
+            return cluster_preset(preset).with_nodes(_nodes(gpus, per_node)), []
+    if lower.startswith("h100"):
+        return cluster_preset("dgx-h100").with_nodes(_nodes(gpus, 8)), [
+            "H100 system taken as DGX H100"]
     raise Skip(f"no cluster preset for hardware {text!r}")
 
 
@@ -215,7 +255,8 @@ def recompute_mode(text: str | None) -> tuple[str, list[str]]:
 
 def _precision(record: dict[str, Any]) -> tuple[str, Optimizer]:
     text = (record.get("precision") or "").lower()
-    fp8 = "fp8" in text or "float8" in text
+    # FP4 recipes are costed as FP8, the lowest precision placer's GPU catalogue knows.
+    fp8 = "fp8" in text or "float8" in text or "fp4" in text
     # DeepSpeed and 2021 Megatron fp16 runs keep 16-bit gradients; bf16 recipes use fp32 ones.
     fp16_grads = ("fp16" in text or "16-bit" in text) and "fp32 grad" not in text
     optimizer = Optimizer(grad_bytes=2 if fp16_grads else 4)
@@ -272,8 +313,11 @@ def case_for(record: dict[str, Any]) -> Case:
         raise Skip(f"degrees multiply to {layout.num_gpus}, not {record['hardware']['num_gpus']}")
     oom = result["status"] == "OOM"
     reported, text, per_token = (0.0, "OOM", None) if oom else _reported(record, model, job)
+    profile = jean_zay_profile() if cluster.name == "jean-zay" else None
+    if profile is not None:
+        notes.append("Omni-Path busbw per GPU from the fitted Jean Zay network constant")
     return Case(rid, record["source_id"], model, cluster, job, layout, reported, text, per_token,
-                oom, options_for(record), notes, other.get("peak_memory_GiB"))
+                oom, options_for(record), profile, notes, other.get("peak_memory_GiB"))
 
 
 # Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
@@ -365,7 +409,7 @@ def run(cases: list[Case], tune: Callable[[Calibration], Calibration] | None = N
     """Estimate every case; ``tune`` may replace constants (used by the fit scripts)."""
     outcomes = []
     for case in cases:
-        calib = calibration_for(case.cluster)
+        calib = calibration_for(case.cluster, case.profile)
         if tune is not None:
             calib = tune(calib)
         est = estimate_with(case.model, case.cluster, case.job, case.layout, DEFAULT_ORDER,
@@ -433,8 +477,12 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
             gemm = gemm.model_copy(update=per_family)
         factor = values.get("elementwise_traffic_factor", calib.elementwise_traffic_factor)
         overlap = values.get("overlap_efficiency", calib.overlap_efficiency)
+        profile = calib.profile
+        network = values.get("networks", {}).get(profile.cluster if profile else None)
+        if network is not None:
+            profile = jean_zay_profile(network)
         return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
-                       overlap_efficiency=overlap)
+                       overlap_efficiency=overlap, profile=profile)
     return apply
 
 

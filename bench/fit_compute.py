@@ -31,15 +31,18 @@ from placer.cost.profile import (  # noqa: E402
 
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency")
 
-# (family or "*", field, lower bound, upper bound); "*" is the shared element-wise factor.
+# (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
+# cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
 Parameter = tuple[str, str, float, float]
-ROUNDS = 6
+ROUNDS = 10
 
 
 def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
     """Only the constants some row exercises: FP8 needs FP8 rows, attention needs fused rows."""
     params: list[Parameter] = [("*", "elementwise_traffic_factor", 0.0, 20.0),
                                ("*", "overlap_efficiency", 0.0, 1.0)]
+    if any(c.profile is not None for c in cases):
+        params.append(("network", "jean-zay", 0.5e9, 12.5e9))
     for family in sorted({c.family for c in cases if not c.oom}):
         rows = [c for c in cases if c.family == family and not c.oom]
         params.append((family, "max_efficiency", 0.2, 1.0))
@@ -53,9 +56,10 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
 
 def initial(params: list[Parameter]) -> dict[str, Any]:
     values: dict[str, Any] = {"gemm": {}, "elementwise_traffic_factor": ELEMENTWISE_TRAFFIC_FACTOR,
-                              "overlap_efficiency": OVERLAP_EFFICIENCY}
+                              "overlap_efficiency": OVERLAP_EFFICIENCY,
+                              "networks": {"jean-zay": accuracy.JEAN_ZAY_NETWORK_BUSBW}}
     for family, name, _, _ in params:
-        if family == "*":
+        if family in ("*", "network"):
             continue
         base = GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
         value = getattr(base, name)
@@ -64,14 +68,21 @@ def initial(params: list[Parameter]) -> dict[str, Any]:
 
 
 def get(values: dict[str, Any], p: Parameter) -> float:
-    return float(values[p[1]] if p[0] == "*" else values["gemm"][p[0]][p[1]])
+    if p[0] == "*":
+        return float(values[p[1]])
+    if p[0] == "network":
+        return float(values["networks"][p[1]])
+    return float(values["gemm"][p[0]][p[1]])
 
 
 def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
-    new: dict[str, Any] = {"gemm": {f: dict(v) for f, v in values["gemm"].items()}}
+    new: dict[str, Any] = {"gemm": {f: dict(v) for f, v in values["gemm"].items()},
+                           "networks": dict(values["networks"])}
     new.update({name: values[name] for name in GLOBALS})
     if p[0] == "*":
         new[p[1]] = value
+    elif p[0] == "network":
+        new["networks"][p[1]] = value
     else:
         new["gemm"][p[0]][p[1]] = value
     return new
@@ -93,7 +104,7 @@ def fit(cases: list[accuracy.Case]) -> dict[str, Any]:
     for _ in range(ROUNDS):
         for p in params:
             current = get(values, p)
-            scale = max(abs(current), 1e9 if "flops" in p[1] else 0.05)
+            scale = max(abs(current), 1e9 if "flops" in p[1] or p[0] == "network" else 0.05)
             for factor in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0):
                 candidate = min(p[3], max(p[2], current + factor * step * scale))
                 trial = put(values, p, candidate)
@@ -110,6 +121,8 @@ def main() -> int:
     print("fitted constants (placer/cost/profile.py):")
     for name in GLOBALS:
         print(f"  {name.upper()} = {values[name]:.3g}")
+    for name, busbw in sorted(values["networks"].items()):
+        print(f"  network {name}: {busbw:.3g} B/s per GPU (bench/accuracy.py)")
     for family, fields in sorted(values["gemm"].items()):
         text = ", ".join(f"{k}={v:.3g}" for k, v in sorted(fields.items()))
         print(f"  {family}: {text}")
