@@ -23,9 +23,14 @@ EXAMPLES = Path(__file__).resolve().parent
 ROOT = EXAMPLES.parent
 
 
+NOT_RECOMMEND_EXAMPLES = ("ci", "emulated-2x2")
+"""Folders with other kinds of examples (CI gate, emulated cluster), kept by their own scripts."""
+
+
 def example_dirs(names: list[str] | None = None) -> list[Path]:
-    """Every example folder (one with a command.txt), sorted by name."""
-    found = sorted(p.parent for p in EXAMPLES.glob("*/command.txt"))
+    """Every recommend-layout example folder (one with a command.txt), sorted by name."""
+    found = sorted(p.parent for p in EXAMPLES.glob("*/command.txt")
+                   if p.parent.name not in NOT_RECOMMEND_EXAMPLES)
     if names:
         found = [p for p in found if p.name in names]
     return found

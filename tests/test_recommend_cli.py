@@ -12,6 +12,7 @@ import pytest
 
 from placer.cli import main
 from placer.cost import estimate
+from placer.mesh import MeshGrid
 from placer.spec import Plan
 from placer.spec.presets import cluster_preset, model_preset
 
@@ -97,14 +98,36 @@ def test_json_candidates_are_best_first_with_rank_maps(plan_text: str) -> None:
 
 def test_json_numbers_mean_what_the_cost_model_says(plan_text: str) -> None:
     plan = Plan.model_validate_json(plan_text)
+    for cand in plan.candidates:
+        grid = MeshGrid(cand.layout, tuple(cand.mesh_order))
+        placement = [0] * cand.layout.num_gpus
+        for entry in cand.rank_map:
+            placement[grid.logical_index(entry.coords)] = entry.node * 8 + entry.gpu
+        again = estimate(plan.model, plan.cluster, plan.job, cand.layout, order=cand.mesh_order,
+                         placement=placement)
+        assert again.step_time_s == pytest.approx(cand.step_time_s, rel=1e-9)
+        assert again.peak_memory_bytes == cand.peak_memory_bytes
+        assert again.mfu == pytest.approx(cand.mfu, rel=1e-9)
+        assert again.breakdown == cand.breakdown
+
+
+def test_json_fields_match_placer_estimate_json(plan_text: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    plan = Plan.model_validate_json(plan_text)
     best = plan.candidates[0]
-    slots = sorted(best.rank_map, key=lambda e: e.rank)
-    placement = [e.node * 8 + e.gpu for e in slots]
-    again = estimate(plan.model, plan.cluster, plan.job, best.layout, order=best.mesh_order,
-                     placement=placement)
-    assert again.step_time_s == pytest.approx(best.step_time_s, rel=1e-9)
-    assert again.peak_memory_bytes == best.peak_memory_bytes
-    assert again.mfu == pytest.approx(best.mfu, rel=1e-9)
+    grid = MeshGrid(best.layout, tuple(best.mesh_order))
+    natural = all(grid.logical_index(e.coords) == e.node * 8 + e.gpu for e in best.rank_map)
+    if not natural:
+        pytest.skip("the best candidate is not naturally placed; see the test above")
+    code, out, err = run(["estimate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--nodes",
+                          "8", "--layout", best.layout.compact(), "--order",
+                          "-".join(best.mesh_order), "--json"], capsys)
+    assert code == 0, err
+    single = json.loads(out)
+    ours = json.loads(plan_text)["candidates"][0]
+    for key in ("layout", "mesh_order", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+                "peak_memory_bytes", "fits", "breakdown", "memory", "links"):
+        assert single[key] == ours[key], key
 
 
 def test_json_is_byte_identical_and_only_json_on_stdout(
@@ -121,6 +144,11 @@ def test_constraints_bind_every_candidate(capsys: pytest.CaptureFixture[str]) ->
     plan = Plan.model_validate_json(out)
     assert [str(c) for c in plan.job.constraints] == ["tp<=4", "recompute=full"]
     assert all(c.layout.tp <= 4 and c.layout.recompute == "full" for c in plan.candidates)
+
+
+def test_precision_reaches_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run([*SMALL, "--precision", "fp8", "--json"], capsys)
+    assert code == 0 and Plan.model_validate_json(out).job.precision == "fp8"
 
 
 def test_hf_config_json_works_as_a_model(capsys: pytest.CaptureFixture[str]) -> None:

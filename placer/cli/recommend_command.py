@@ -35,6 +35,7 @@ class RecommendArgs:
     constraints: tuple[str, ...] = ()
     profile: Path | None = None
     what_if: bool = True
+    precision: str = "bf16"
 
 
 def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommendation:
@@ -46,7 +47,7 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
     cluster, nodes_used = resolve_nodes(cluster, args.nodes,
                                         is_preset=args.cluster in cluster_names())
     job, job_used = resolve_job(model, seq_len=args.seq_len, global_batch=args.global_batch,
-                                constraints=args.constraints)
+                                constraints=args.constraints, precision=args.precision)
     profile = None
     if args.profile is not None:
         from placer.spec.profile import load_link_profile
@@ -69,6 +70,8 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
               help="sequences per step (default: the power of two nearest 4M tokens)")
 @click.option("--seq-len", type=click.IntRange(min=1), metavar="S",
               help="tokens per sequence (default: the model's max, capped at 8192)")
+@click.option("--precision", type=click.Choice(["bf16", "fp8"]), default="bf16",
+              show_default=True, help="GEMM precision (FP8 keeps BF16 attention)")
 @click.option("--top", "top_k", type=click.IntRange(1, 50), default=DEFAULT_TOP_K,
               show_default=True, metavar="K", help="how many layouts to rank")
 @click.option("--constraint", "constraints", multiple=True, metavar="EXPR",
@@ -91,7 +94,8 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
 @click.option("--debug", is_flag=True, help="add NCCL/torch debugging variables to emitted env.sh")
 @click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
 def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
-                             global_batch: int | None, seq_len: int | None, top_k: int,
+                             global_batch: int | None, seq_len: int | None, precision: str,
+                             top_k: int,
                              constraints: Sequence[str], profile: Path | None, what_if: bool,
                              as_json: bool,
                              emit_dir: Path | None, plot_dir: Path | None, script: str,
@@ -106,7 +110,8 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
         require_matplotlib()
     args = RecommendArgs(model=model_ref, cluster=cluster_ref, nodes=nodes,
                          global_batch=global_batch, seq_len=seq_len, top_k=top_k,
-                         constraints=tuple(constraints), profile=profile, what_if=what_if)
+                         constraints=tuple(constraints), profile=profile, what_if=what_if,
+                         precision=precision)
     started = time.perf_counter()
     rec = recommend(args, progress_enabled=not as_json)
     elapsed_s = time.perf_counter() - started
@@ -161,7 +166,7 @@ def args_from_argv(argv: Sequence[str]) -> RecommendArgs:
     return RecommendArgs(model=p["model_ref"], cluster=p["cluster_ref"], nodes=p["nodes"],
                          global_batch=p["global_batch"], seq_len=p["seq_len"], top_k=p["top_k"],
                          constraints=tuple(p["constraints"]), profile=p["profile"],
-                         what_if=p["what_if"])
+                         what_if=p["what_if"], precision=p["precision"])
 
 
 COMMANDS = [recommend_layout_command]

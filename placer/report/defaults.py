@@ -41,7 +41,7 @@ def default_global_batch(seq_len: int) -> int:
 
 
 def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
-                constraints: tuple[str, ...] = (),
+                constraints: tuple[str, ...] = (), precision: str = "bf16",
                 name: str = "placer-job") -> tuple[Job, list[str]]:
     """The job to plan for and one line per default that filled a missing flag."""
     used: list[str] = []
@@ -72,7 +72,7 @@ def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
     from placer.spec.presets import validated
 
     job = validated(Job, {"name": name, "seq_len": seq_len, "global_batch_size": global_batch,
-                          "constraints": parsed}, "job")
+                          "precision": precision, "constraints": parsed}, "job")
     return job, used
 
 
