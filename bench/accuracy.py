@@ -28,6 +28,7 @@ from typing import Any
 from placer.cost import Calibration, calibration_for, estimate_with
 from placer.cost.groups import GroupLinks, group_links
 from placer.cost.options import CostOptions
+from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec import Cluster, Job, Layout, Model, Optimizer
 from placer.spec.layout import layout_problem
@@ -392,6 +393,10 @@ def load(path: Path = RUNS) -> tuple[list[Case], list[tuple[str, str]], list[dic
             cases.append(case_for(record))
         except Skip as why:
             skipped.append((record["id"], str(why)))
+        except (KeyError, TypeError, ValueError, PlacerError) as exc:
+            # Incomplete or inconsistent fields (pydantic's errors are ValueErrors too).
+            text = " ".join(str(exc).split())[:90]
+            skipped.append((record.get("id", "?"), f"incomplete record: {text}"))
     return cases, skipped, data["pairwise"]
 
 

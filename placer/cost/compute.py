@@ -144,6 +144,19 @@ def gemm_time(flops: float, peak: float, efficiency: float, half_flops: float) -
     return (flops + half_flops) / (peak * efficiency)
 
 
+def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
+    """Forward time of a layer's core attention: fused, or unfused batched GEMMs (BF16)."""
+    gemm = calib.gemm
+    half = gemm.half_efficiency_flops or 0.0
+    bf16_peak, bf16_eff = calib.peak_bf16_flops, calib.gemm_efficiency("bf16")
+    unfused = sum(n * gemm_time(f, bf16_peak, bf16_eff, half) for f, n in work.attention_gemms)
+    fused = 0.0
+    if work.attention_flops:
+        fused = gemm_time(work.attention_flops, bf16_peak,
+                          gemm.attention_efficiency or gemm.max_efficiency, half)
+    return unfused + fused
+
+
 def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: str,
                *, is_layer: bool = True) -> PassTimes:
     """Time of forward, backward (dgrad + wgrad) and recomputation of ``work``.
@@ -153,16 +166,12 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     Fused attention runs in BF16 at its own efficiency; unfused attention's batched GEMMs run
     in BF16 at the GEMM efficiency (FP8 recipes only quantise the linear layers).
     """
-    gemm = calib.gemm
-    half = gemm.half_efficiency_flops or 0.0
-    bf16_peak, bf16_eff = calib.peak_bf16_flops, calib.gemm_efficiency("bf16")
+    half = calib.gemm.half_efficiency_flops or 0.0
     peak, eff = calib.peak_flops(precision), calib.gemm_efficiency(precision)
     linear = sum(n * gemm_time(f, peak, eff, half) for f, n in work.gemms)
-    attn_gemm = sum(n * gemm_time(f, bf16_peak, bf16_eff, half) for f, n in work.attention_gemms)
-    fused = 0.0
-    if work.attention_flops:
-        fused = gemm_time(work.attention_flops, bf16_peak,
-                          gemm.attention_efficiency or gemm.max_efficiency, half)
+    attention = attention_forward_s(work, calib)
+    attn_gemm = attention if work.attention_gemms else 0.0
+    fused = attention - attn_gemm
     factor, bandwidth = calib.elementwise_traffic_factor, calib.hbm_bytes_per_s
     memory = factor * work.elementwise_bytes / bandwidth
     scores = factor * work.score_bytes / bandwidth

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from placer.cost import collectives as coll
 from placer.cost.collectives import CollectiveTime, GroupLinkLike
 from placer.cost.compute import (
+    ATTENTION_BACKWARD_RATIO,
     ZERO_TIMES,
     PassTimes,
+    attention_forward_s,
     layer_work,
     logits_work,
     model_flops_per_step,
@@ -121,8 +123,8 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     shapes = stage_shapes(model, layout)
     tokens = tokens_per_gpu(job, layout)
     precision = job.precision
-    dense = pass_times(layer_work(model, job, layout, False, options), calib, precision,
-                       layout.recompute)
+    dense_work = layer_work(model, job, layout, False, options)
+    dense = pass_times(dense_work, calib, precision, layout.recompute)
     moe = (pass_times(layer_work(model, job, layout, True, options), calib, precision,
                       layout.recompute) if model.moe is not None else ZERO_TIMES)
     head = pass_times(logits_work(model, job, layout), calib, precision, layout.recompute,
@@ -135,7 +137,8 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
         if shape.last:
             compute = compute + head
-        cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, dense, moe)
+        cp_s = _cp_exposed(model, layout, links, calib, tokens, shape,
+                           attention_forward_s(dense_work, calib))
         zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute)
         tp_s = tp_layer.exposed_s * shape.layers
         if options.tp_comm_overlap and tp_s > 0:
@@ -177,7 +180,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     gpus = layout.num_gpus
     model_flops = model_flops_per_step(model, job)
     hardware_flops = model_flops + recompute_flops_per_step(model, job, layout)
-    peak = calib.peak_flops(precision)
+    peak = calib.peak_flops(precision)  # MFU of the job's precision (FP8 runs: the FP8 peak)
     return Estimate(
         layout=layout, mesh_order=list(order), step_time_s=step,
         tokens_per_s=job.tokens_per_step / step,
@@ -254,27 +257,22 @@ def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration
 
 
 def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-                tokens: float, shape: StageShape, dense: PassTimes, moe: PassTimes) -> float:
-    """CP ring attention: each of cp-1 K/V exchanges hides behind one block of attention."""
+                tokens: float, shape: StageShape, attn_fwd: float) -> float:
+    """CP ring attention: each of cp-1 K/V exchanges hides behind one block of attention.
+
+    ``attn_fwd`` is a layer's core-attention forward time on this GPU; the ring splits it into
+    cp blocks (load-balanced causal blocks are equal), one per exchange.
+    """
     if layout.cp <= 1 or "cp" not in links:
         return 0.0
     _, one, _ = _cp_step(model, layout, links, calib, tokens)
     steps = layout.cp - 1
-    # Attention time per block: the fused-attention share of the layer, split in cp blocks.
-    attn_fwd = _attention_forward_s(model, layout, calib, tokens)
     fwd = steps * _overlapped(one.time_s, attn_fwd / layout.cp, calib)
-    # Backward sends K, V and receives dK, dV per step, behind 2.5x the forward attention.
-    bwd = steps * _overlapped(2 * one.time_s, 2.5 * attn_fwd / layout.cp, calib)
+    # Backward sends K, V and receives dK, dV per step, behind the backward attention.
+    bwd = steps * _overlapped(2 * one.time_s, ATTENTION_BACKWARD_RATIO * attn_fwd / layout.cp,
+                              calib)
     redo = fwd if layout.recompute == "full" else 0.0
     return shape.layers * (fwd + bwd + redo)
-
-
-def _attention_forward_s(model: Model, layout: Layout, calib: Calibration,
-                         tokens: float) -> float:
-    flops = 4 * tokens * model.num_attention_heads * model.attention_head_dim * (
-        tokens * layout.cp / layout.micro_batch_size / 2) / layout.tp
-    eff = calib.gemm.attention_efficiency or calib.gemm.max_efficiency
-    return flops / (calib.peak_bf16_flops * eff)
 
 
 def _record_cp(ledger: _Ledger, model: Model, layout: Layout, links: GroupLinks,
