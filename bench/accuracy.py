@@ -555,13 +555,53 @@ def report(outcomes: list[Outcome], skipped: list[tuple[str, str]], pairs: list[
     return s
 
 
+# Layouts timed on a 16,384-GPU DGX H100 cluster (the solver's budget: well under 2 ms each).
+SPEED_CASES = (
+    ("llama3-405b", "tp=8,pp=16,dp=128,mbs=1,zero=1,recompute=selective,sp=on"),
+    ("llama3-70b", "tp=8,pp=4,cp=2,dp=256,mbs=1,zero=3,recompute=full,sp=on"),
+    ("deepseek-v3", "tp=1,pp=1,dp=16384,ep=64,mbs=1,zero=1,recompute=full"),
+    ("mixtral-8x22b", "tp=4,pp=8,dp=512,ep=8,vpp=7,mbs=1,zero=1,recompute=selective,sp=on"),
+)
+
+
+def speed(repeats: int = 200) -> list[tuple[str, float, float]]:
+    """(model, first-call ms, warm ms per estimate) on 16,384 GPUs, natural placement.
+
+    CPU time of this process, so other work on a shared machine does not inflate it.
+    """
+    import time
+
+    from placer.cost import estimate
+
+    cluster = cluster_preset("dgx-h100").with_nodes(2048)
+    job = Job(seq_len=8192, global_batch_size=16384)
+    rows = []
+    for name, text in SPEED_CASES:
+        model, layout = model_preset(name), Layout.parse(text)
+        start = time.process_time()
+        estimate(model, cluster, job, layout)
+        first = time.process_time() - start
+        start = time.process_time()
+        for _ in range(repeats):
+            estimate(model, cluster, job, layout)
+        rows.append((name, first * 1e3, (time.process_time() - start) / repeats * 1e3))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=RUNS, help="published-runs.json")
     parser.add_argument("--verbose", action="store_true", help="print each row's assumptions")
+    parser.add_argument("--no-speed", dest="speed", action="store_false",
+                        help="skip timing estimates on a 16,384-GPU cluster")
     args = parser.parse_args(argv)
     cases, skipped, pairs = load(args.runs)
     report(run(cases), skipped, pairs, verbose=args.verbose)
+    if args.speed:
+        print()
+        print("estimate() on 16,384 DGX H100 GPUs (natural placement):")
+        for name, first, warm in speed():
+            print(f"  {name:<14} first call {first:6.1f} ms, then {warm:.3f} ms per estimate")
     return 0
 
 
