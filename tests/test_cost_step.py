@@ -153,3 +153,21 @@ def test_more_gpus_than_the_cluster_is_a_user_error() -> None:
     with pytest.raises(InputError, match="needs 16 GPUs"):
         estimate(model_preset("llama3-8b"), cluster_preset("dgx-h100"),
                  Job(seq_len=4096, global_batch_size=16), Layout(dp=16))
+
+
+@pytest.mark.parametrize("order", [("tp", "cp", "dp", "pp"), ("dp", "tp", "cp", "pp"),
+                                   ("cp", "dp", "tp", "pp")])
+@pytest.mark.parametrize("text", ["tp=2,cp=2,dp=4,pp=2,ep=4", "tp=2,dp=8,ep=4,etp=2",
+                                  "tp=4,dp=4,ep=2"])
+def test_representative_groups_match_the_mesh_without_enumerating(order: tuple[str, ...],
+                                                                  text: str) -> None:
+    from placer.cost.groups import representative_groups
+    from placer.mesh import MeshGrid
+
+    layout = Layout.parse(text)
+    grid = MeshGrid(layout, order)
+    groups = representative_groups(layout, order)
+    for dim in ("tp", "cp", "pp", "ep", "etp", "edp"):
+        if dim in groups:
+            assert groups[dim] == grid.groups(dim)[0], dim
+    assert groups["dp"] == grid.groups("dp_cp")[0]

@@ -3,7 +3,8 @@
 Every pipeline stage is costed and the worst one is reported. Activations follow Korthikanti et
 al. 2022 (arXiv:2205.05198, Table 2; conventions.md 9.2), generalised to grouped-query attention,
 gated MLPs, any FFN width, context parallelism and mixture-of-experts layers. Attention is
-assumed fused (flash attention), so the ``5as/h`` score and softmax terms are not stored.
+fused (flash attention) by default, so the ``5as/h`` score and softmax terms are not stored;
+``CostOptions(flash_attention=False)`` restores them, and selective recomputation drops them.
 """
 
 from __future__ import annotations
