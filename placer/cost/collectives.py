@@ -76,11 +76,16 @@ def _intra_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float
 
 
 def _gpu_net_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float:
-    """One GPU's share of the network under the concurrent load."""
+    """One GPU's share of the network under the concurrent load.
+
+    A profile measures one GPU per node talking alone; when concurrent groups share its NICs,
+    the topology's (smaller) share at the preset efficiency bounds it.
+    """
+    preset = link.inter_bytes_per_s * calib.network_efficiency
     measured = calib.measured("inter", collective)
     if measured is not None:
-        return min(measured.bandwidth_bytes_per_s, link.inter_bytes_per_s)
-    return link.inter_bytes_per_s * calib.network_efficiency
+        return min(measured.bandwidth_bytes_per_s, preset)
+    return preset
 
 
 def _node_net_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float:
