@@ -28,7 +28,7 @@ from placer.solver.placement import (
 )
 from placer.solver.reasons import memory_reason, no_degrees_reason
 from placer.solver.select import select_top
-from placer.solver.space import degree_tuples, divisors, layout_key
+from placer.solver.space import Degrees, degree_tuples, divisors, layout_key
 from placer.solver.stages import split_for_types
 from placer.solver.table import Row, TableStats, build_table
 from placer.spec.cluster import Cluster
@@ -61,6 +61,8 @@ class SearchDetail:
     selection_solves: int
     placements_costed: int
     gpus_used: int
+    bound_violations: int
+    """Bounds the cost model broke (then the table was rebuilt without bounds); 0 expected."""
     placement_notes: list[str] = field(default_factory=list)
 
 
@@ -135,14 +137,20 @@ def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
                                      why=placed.why + stage_notes, stage_layers=stage_layers)
 
 
-def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
-              profile: LinkProfile | None = None,
-              time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> RecommendResult:
-    """The best ``top_k`` distinct layouts with their placements, best first.
+@dataclass(frozen=True)
+class Space:
+    """The degree tuples a search ranks, and what decided them."""
 
-    Raises InfeasibleError with the tightest reason when no layout can run.
-    """
-    started = time.perf_counter()
+    topology: ClusterTopology
+    tp_capacity: dict[int, int]
+    degrees: list[Degrees]
+    exact: bool
+    """True when every healthy GPU must be used (regular clusters)."""
+
+
+def search_space(model: Model, cluster: Cluster, job: Job) -> Space:
+    """Degree tuples under the NVLink rule and the job's constraints; InfeasibleError with the
+    tightest reason when there are none (or the GPUs cannot hold the model at all)."""
     need = minimum_gpus_needed(model, cluster, job)
     if cluster.num_gpus < need.gpus:
         raise InfeasibleError(need.reason)
@@ -156,6 +164,19 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
                               heads)
         raise InfeasibleError(no_degrees_reason(model, job, cluster.num_gpus, capacity, relaxed,
                                                 exact=exact, nvlink_size=_nvlink_size(cluster)))
+    return Space(topology, capacity, degrees, exact)
+
+
+def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
+              profile: LinkProfile | None = None,
+              time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> RecommendResult:
+    """The best ``top_k`` distinct layouts with their placements, best first.
+
+    Raises InfeasibleError with the tightest reason when no layout can run.
+    """
+    started = time.perf_counter()
+    space = search_space(model, cluster, job)
+    topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
     keep = top_k + EXTRA_PICKS
     rows, table = build_table(model, cluster, job, degrees, keep=keep, profile=profile)
     if not rows:
@@ -191,4 +212,5 @@ def _detail(table: TableStats, rows: list[Row], status: str, solves: int, costed
         memory_checks=table.memory_checks, estimates=table.estimates, pairs=table.pairs,
         pairs_expanded=table.pairs_expanded, table_rows=len(rows), selection_status=status,
         selection_solves=solves, placements_costed=costed,
-        gpus_used=candidates[0].layout.num_gpus if candidates else 0, placement_notes=notes)
+        gpus_used=candidates[0].layout.num_gpus if candidates else 0,
+        bound_violations=table.bound_violations, placement_notes=notes)

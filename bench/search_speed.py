@@ -1,0 +1,272 @@
+"""Search speed: wall time and peak memory of ``recommend`` at scale, checked by brute force.
+
+Five problems (issue targets in brackets): GPT-3 175B on 1,024 A100 [< 2 s], Llama 3 405B on
+16,384 H100 [< 10 s], DeepSeek-V3 on 2,048 H100 [< 10 s], Llama 3 405B on 100,000 H100
+[< 60 s, < 2 GiB], Llama 3 70B on 64 DGX H100 nodes with 5 failed GPUs [< 30 s]. Each runs in a
+fresh process, so the peak resident memory (ru_maxrss, imports included) is that problem's own.
+
+Brute force: every layout of the same space costed with the same cost model (natural mesh
+order), reduced by the same rules as the table (least recompute that fits per knob setting, no
+layout slower *and* larger than another of the same degrees), then the greedy top K. The search
+(branch and bound + CP-SAT) must return the same K layouts; the bench prints both.
+
+``--published`` runs recommend-layout's search on every loadable production run of
+../shared/reference/published-runs.json (bench/accuracy.py reads them) and compares the top
+candidate's predicted step time with the published layout's, both priced by placer's cost model.
+
+    .venv/bin/python bench/search_speed.py [--case NAME ...] [--no-brute] [--published]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from placer.cost import estimate
+from placer.errors import PlacerError
+from placer.mesh import MeshGrid
+from placer.solver import recommend
+from placer.solver.search import search_space
+from placer.solver.select import greedy_top, select_top
+from placer.solver.space import knob_options
+from placer.solver.table import build_table, exhaustive_rows, least_recompute, pareto_rows
+from placer.spec import Cluster, Job, Model
+from placer.spec.presets import cluster_preset, model_preset
+
+HERE = Path(__file__).resolve()
+TOP_K = 5
+BRUTE_LIMIT = 120_000
+"""Layouts above which brute force is skipped (about a millisecond each)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    label: str
+    build: Callable[[], tuple[Model, Cluster, Job]]
+    target_s: float
+    target_gib: float | None = None
+
+
+def _degraded_64() -> Cluster:
+    data = cluster_preset("dgx-h100").with_nodes(64).model_dump()
+    failed = ((3, 2), (10, 7), (20, 0), (33, 5), (50, 3))
+    data["excluded_gpus"] = [{"node": n, "gpu": g} for n, g in failed]
+    return Cluster.model_validate(data)
+
+
+PROBLEMS = {
+    "gpt3": Problem(
+        "GPT-3 175B, 1,024 A100 (DGX A100 x 128), seq 2048, batch 1536",
+        lambda: (model_preset("gpt3-175b"), cluster_preset("dgx-a100").with_nodes(128),
+                 Job(seq_len=2048, global_batch_size=1536)), 2.0),
+    "llama405b": Problem(
+        "Llama 3 405B, 16,384 H100 (DGX H100 x 2048), seq 8192, batch 2048 (16M tokens)",
+        lambda: (model_preset("llama3-405b"), cluster_preset("dgx-h100").with_nodes(2048),
+                 Job(seq_len=8192, global_batch_size=2048)), 10.0),
+    "deepseek": Problem(
+        "DeepSeek-V3 (671B MoE, 256 experts), 2,048 H100 (DGX H100 x 256), seq 4096, batch 4096",
+        lambda: (model_preset("deepseek-v3"), cluster_preset("dgx-h100").with_nodes(256),
+                 Job(seq_len=4096, global_batch_size=4096)), 10.0),
+    "100k": Problem(
+        "Llama 3 405B, 100,000 H100 (DGX H100 x 12,500), seq 8192, batch 12500",
+        lambda: (model_preset("llama3-405b"), cluster_preset("dgx-h100").with_nodes(12_500),
+                 Job(seq_len=8192, global_batch_size=12_500)), 60.0, 2.0),
+    "irregular": Problem(
+        "Llama 3 70B, 64 DGX H100 nodes with 5 failed GPUs (507 healthy), seq 4096, batch 960",
+        lambda: (model_preset("llama3-70b"), _degraded_64(),
+                 Job(seq_len=4096, global_batch_size=960)), 30.0),
+}
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _tp_in_node(candidate: Any) -> bool:
+    grid = MeshGrid(candidate.layout, tuple(candidate.mesh_order))
+    node_of = {grid.logical_index(e.coords): e.node for e in candidate.rank_map}
+    return all(len({node_of[i] for i in g}) == 1 for g in grid.groups("tp"))
+
+
+def child_search(name: str) -> dict[str, Any]:
+    model, cluster, job = PROBLEMS[name].build()
+    started = time.perf_counter()
+    result = recommend(model, cluster, job, top_k=TOP_K)
+    wall_s = time.perf_counter() - started
+    d = result.detail
+    best = result.candidates[0]
+    return {
+        "wall_s": wall_s, "peak_mib": _peak_mib(), "gpus": cluster.num_gpus,
+        "gpus_used": d.gpus_used, "degree_tuples": d.degree_tuples, "layouts": d.layouts,
+        "memory_checks": d.memory_checks, "estimates": d.estimates, "table_rows": d.table_rows,
+        "status": d.selection_status, "bound_violations": d.bound_violations,
+        "placements": d.placements_costed, "best": best.layout.compact(),
+        "order": "-".join(best.mesh_order), "step_s": best.step_time_s, "mfu": best.mfu,
+        "tp_in_node": all(_tp_in_node(c) for c in result.candidates),
+        "why": best.why, "rank_map_entries": sum(len(c.rank_map) for c in result.candidates),
+    }
+
+
+def child_brute(name: str) -> dict[str, Any]:
+    model, cluster, job = PROBLEMS[name].build()
+    space = search_space(model, cluster, job)
+    started = time.perf_counter()
+    rows, stats = build_table(model, cluster, job, space.degrees, keep=TOP_K)
+    picks = select_top(rows, job, [r.layout.num_gpus for r in rows], k=TOP_K,
+                       max_tp=None, time_limit_s=5.0)
+    search_s = time.perf_counter() - started
+    layouts = sum(knob_options(d, model, job).count() for d in space.degrees)
+    if layouts > BRUTE_LIMIT:
+        return {"skipped": f"{layouts} layouts > {BRUTE_LIMIT}"}
+    started = time.perf_counter()
+    brute, costed = exhaustive_rows(model, cluster, job, space.degrees)
+    reference = pareto_rows(least_recompute(brute))
+    expected = [reference[i] for i in greedy_top(reference, TOP_K)]
+    brute_s = time.perf_counter() - started
+    got = [rows[i] for i in picks.picks]
+    return {
+        "search_s": search_s, "search_estimates": stats.estimates, "brute_s": brute_s,
+        "brute_costed": costed, "brute_fit": len(brute),
+        "search_top": [(r.layout.compact(), r.step_time_s) for r in got],
+        "brute_top": [(r.layout.compact(), r.step_time_s) for r in expected],
+        "same_top1": bool(got and expected and got[0].layout == expected[0].layout),
+        "same_topk": [r.layout for r in got] == [r.layout for r in expected],
+    }
+
+
+def _spawn(mode: str, name: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, str(HERE), "--child", mode, name],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _mark(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def run_speed(names: list[str], brute: bool) -> None:
+    print(f"recommend(top_k={TOP_K}), one fresh process per problem; peak = ru_maxrss\n")
+    header = (f"{'problem':<10} {'GPUs':>7} {'wall s':>8} {'target':>7} {'peak MiB':>9} "
+              f"{'tuples':>6} {'layouts':>8} {'costed':>7} {'rows':>5} {'CP-SAT':>8}  best")
+    print(header)
+    print("-" * len(header))
+    results = {}
+    for name in names:
+        problem = PROBLEMS[name]
+        r = _spawn("search", name)
+        results[name] = r
+        if "error" in r:
+            print(f"{name:<10} error: {r['error']}")
+            continue
+        target = f"<{problem.target_s:g}"
+        ok = r["wall_s"] < problem.target_s
+        if problem.target_gib is not None:
+            ok = ok and r["peak_mib"] < problem.target_gib * 1024
+            target += f",<{problem.target_gib:g}G"
+        print(f"{name:<10} {r['gpus_used']:>7} {r['wall_s']:>8.2f} {target:>7} "
+              f"{r['peak_mib']:>9.0f} {r['degree_tuples']:>6} {r['layouts']:>8} "
+              f"{r['estimates']:>7} {r['table_rows']:>5} {r['status']:>8}  "
+              f"{r['best']} {r['order']} {r['step_s']:.3f} s MFU {r['mfu']:.1%} "
+              f"[{_mark(ok)}]")
+    print()
+    for name in names:
+        r = results[name]
+        if "error" not in r:
+            print(f"{name}: {PROBLEMS[name].label}")
+            print(f"  {r['gpus_used']} of {r['gpus']} GPUs used; TP inside a node in every "
+                  f"candidate: {r['tp_in_node']}; bound violations: {r['bound_violations']}; "
+                  f"{r['memory_checks']} memory checks; {r['placements']} placements costed; "
+                  f"{r['rank_map_entries']} rank-map entries")
+            for line in r["why"]:
+                print(f"  {line}")
+    if not brute:
+        return
+    print("\nbrute force (every layout of the space costed) vs the search, natural mesh order\n")
+    for name in names:
+        r = _spawn("brute", name)
+        if "error" in r or "skipped" in r:
+            print(f"{name}: brute force {r.get('skipped') or r.get('error')}")
+            continue
+        print(f"{name}: search {r['search_s']:.2f} s ({r['search_estimates']} estimates), "
+              f"brute force {r['brute_s']:.1f} s ({r['brute_costed']} layouts costed, "
+              f"{r['brute_fit']} fit); same optimum: {r['same_top1']}; same top {TOP_K}: "
+              f"{r['same_topk']}")
+        for (a, ta), (b, tb) in zip(r["search_top"], r["brute_top"], strict=False):
+            flag = "=" if a == b else "!="
+            print(f"  {ta:9.4f} {a:<70} {flag} {tb:9.4f} {b}")
+
+
+def _accuracy_module() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_accuracy", HERE.with_name("accuracy.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_accuracy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_published() -> None:
+    """Top candidate vs the published layout, both priced by placer's cost model."""
+    accuracy = _accuracy_module()
+    cases, skipped, _ = accuracy.load()
+    print("published layout vs recommend's top candidate (default framework options for both;\n"
+          "a ratio <= 1 means the top candidate is predicted at least as fast)\n")
+    header = (f"{'record':<44} {'GPUs':>5} {'published layout':<34} {'pub s':>8} "
+              f"{'top s':>8} {'ratio':>6}  TP-node  top layout")
+    print(header)
+    print("-" * len(header))
+    wins = total = 0
+    for case in cases:
+        if case.oom:
+            continue
+        published = estimate(case.model, case.cluster, case.job, case.layout)
+        try:
+            top = recommend(case.model, case.cluster, case.job, top_k=1).candidates[0]
+        except PlacerError as exc:
+            print(f"{case.record_id:<44} no candidate: {exc}")
+            continue
+        total += 1
+        ratio = top.step_time_s / published.step_time_s
+        ok = ratio <= 1.0 + 1e-9 and _tp_in_node(top)
+        wins += ok
+        fits = "" if published.fits else " (OOM)"
+        layout = (f"tp{case.layout.tp} pp{case.layout.pp} dp{case.layout.dp} cp{case.layout.cp}"
+                  f" ep{case.layout.ep} mbs{case.layout.micro_batch_size}{fits}")
+        print(f"{case.record_id[:44]:<44} {case.layout.num_gpus:>5} {layout:<34} "
+              f"{published.step_time_s:>8.3f} {top.step_time_s:>8.3f} {ratio:>6.3f}  "
+              f"{str(_tp_in_node(top)):<7}  {top.layout.compact()}")
+    print(f"\ntop candidate at least as fast as the published layout, TP inside a node: "
+          f"{wins} of {total} runs ({len(skipped)} records skipped: not enough detail)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", action="append", choices=sorted(PROBLEMS))
+    parser.add_argument("--no-brute", action="store_true")
+    parser.add_argument("--published", action="store_true")
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "NAME"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        mode, name = args.child
+        result = child_search(name) if mode == "search" else child_brute(name)
+        print(json.dumps(result))
+        return
+    if args.published:
+        run_published()
+        return
+    run_speed(args.case or list(PROBLEMS), brute=not args.no_brute)
+
+
+if __name__ == "__main__":
+    main()
