@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placer.cost import estimate
-from placer.report.baseline import common_default
+from placer.report.baseline import common_default, default_cp
 from placer.report.defaults import resolve_job
 from placer.spec.presets import cluster_preset, model_preset
 
@@ -39,3 +39,16 @@ def test_no_default_on_a_pcie_box_that_cannot_hold_the_model_without_tp() -> Non
     base = common_default(model, cluster, job, 8, estimate)
     assert base.layout is None and base.estimate is None
     assert base.note.startswith("it does not fit at any PP degree with TP=1")
+
+
+def test_long_contexts_get_cp_up_to_8k_tokens_per_rank() -> None:
+    assert default_cp(8192, 64) == 1
+    assert default_cp(32768, 8) == 4
+    assert default_cp(131072, 256) == 16
+    assert default_cp(131072, 4) == 4  # no more GPUs to split over
+    model = model_preset("llama3-405b")
+    cluster = cluster_preset("dgx-h100").with_nodes(256)
+    job, _ = resolve_job(model, seq_len=131072, global_batch=None)
+    base = common_default(model, cluster, job, 2048, estimate)
+    assert base.layout is None
+    assert base.note.startswith("it does not fit at any PP degree with TP=8, CP=16")

@@ -118,8 +118,8 @@ def versus(best: Estimate, other: Estimate, name: str) -> str:
 def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline) -> str:
     """What the first candidate gains over the common default, or that it is the default."""
     if baseline.layout is None or baseline.estimate is None:
-        return (f"The common default (TP up to 8 inside a node, the smallest PP that fits, DP for "
-                f"the rest) is not an option: {baseline.note}.")
+        return (f"The common default (TP up to 8 inside a node, CP only past 8K tokens, the "
+                f"smallest PP that fits, DP for the rest) is not an option: {baseline.note}.")
     default = baseline.estimate
     spelled = f"the common default ({layout_text(baseline.layout)})"
     if same_shape(best.layout, baseline.layout):
