@@ -2,12 +2,16 @@
 
 A handful of hardware constants are fitted jointly over every measured row of the published-runs
 calibration set (never row by row): per GPU family the achievable fraction of peak for large BF16
-GEMMs, for FP8 GEMMs and for fused attention, and the GEMM size that reaches half of it; and one
-element-wise memory-traffic factor shared by all families. The loss is the mean absolute log
-error of throughput, which a few rows the model cannot describe (DeepSpeed ZeRO-3 at scale) do not
-dominate. A family's FP8 and attention figures are fitted only where it has rows that use them.
+GEMMs, for FP8 GEMMs and for fused attention, and the GEMM size that reaches half of it; two
+constants shared by all families (element-wise memory traffic per stored activation byte, and the
+fraction of overlapped communication that overlap hides); and the NCCL bus bandwidth of the one
+fabric in the set with no published measurement (Jean Zay's Omni-Path, used by the BLOOM rows).
+The loss is the mean absolute log error of throughput, so a few rows the model cannot describe
+(small-expert MoE) do not dominate it. A family's FP8 and attention figures are fitted only where
+it has rows that use them. Coordinate search over a shrinking grid: deterministic, about 30 s.
 
-Prints the fitted values (paste them into placer/cost/profile.py) and the accuracy they give.
+Prints the fitted values (paste them into placer/cost/profile.py and JEAN_ZAY_NETWORK_BUSBW in
+bench/accuracy.py) and the accuracy they give.
 
     .venv/bin/python bench/fit_compute.py
 """
