@@ -222,8 +222,9 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
 
 @click.command("verify")
 @click.argument("plan_path", metavar="PLAN.json", type=click.Path(path_type=Path))
-@click.option("--top", "top_k", type=click.IntRange(1, 50), default=3, show_default=True,
-              metavar="K", help="how many of the plan's candidates to run (best first)")
+@click.option("--top", "top_k", type=click.IntRange(1, 50), default=5, show_default=True,
+              metavar="K", help="how many of the plan's candidates to run (best first; 5 is "
+              "every candidate of a default recommend-layout plan)")
 @click.option("--emulate", metavar="NODESxGPUS",
               help="emulate the plan's cluster here: network namespaces, gloo on CPU")
 @click.option("--inter-node-mbit", type=click.FloatRange(min=0, min_open=True), metavar="R",

@@ -15,15 +15,15 @@ so the fitted figures drop into a ``LinkProfile`` unchanged. The all-reduce fit 
 default; another collective gets its own entry when its fit describes its points clearly better
 (gloo's reduce-scatter costs about an all-reduce, cpu-cluster-notes.md section 3).
 
-GEMMs: square ``n x n x n`` products on every rank at once; ``time = (F + F_half) / (peak x
-max_efficiency)`` is the cost model's GEMM formula (placer/cost/compute.py), linear in F, so the
-same least squares gives ``max_efficiency`` and ``half_efficiency_flops``.
+GEMMs: square ``n x n x n`` products on every rank at once, timed per batch on the slowest rank
+(a step waits for it); ``time = (F + F_half) / (peak x max_efficiency)`` is the cost model's
+GEMM formula (placer/cost/compute.py), linear in F, so the same least squares gives
+``max_efficiency`` and ``half_efficiency_flops``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,14 @@ from placer.spec.profile import (
     LinkMeasurement,
     LinkProfile,
 )
-from placer.verify.fit import AlphaBetaFit, TimedPoint, fit_alpha_beta, median
+from placer.verify.fit import (
+    AlphaBetaFit,
+    TimedPoint,
+    fit_alpha_beta,
+    median,
+    relative_residuals,
+    weighted_error,
+)
 from placer.verify.runner import Launcher
 
 LINK_CLASSES = ("intra_node", "inter_node")
@@ -55,8 +62,8 @@ CPU_LARGEST_MESSAGE_BYTES = 16 * MIB
 GPU_LARGEST_MESSAGE_BYTES = 256 * MIB
 CPU_GEMM_SIZES = (128, 256, 512, 1024)
 GPU_GEMM_SIZES = (256, 512, 1024, 2048, 4096, 8192, 16384)
-# A collective keeps its own profile entry when the class default's rms relative residual on its
-# points is worse than its own fit's by more than this (5 points of relative error).
+# A collective keeps its own profile entry when the class default describes its points worse than
+# its own fit by more than this much time-weighted relative error (fit.weighted_error).
 OVERRIDE_GAIN = 0.05
 
 
@@ -70,6 +77,9 @@ class Sweep:
     batches: int = 3
     min_batch_s: float = 0.05
     max_calls: int = 50
+    # GEMM batches run on every rank at once; long enough that the ranks really overlap (the
+    # barrier before each size releases them a few ms apart) and share the cores as in a step.
+    gemm_min_batch_s: float = 0.25
 
 
 def message_sizes(largest_bytes: int, smallest_bytes: int = SMALLEST_MESSAGE_BYTES
@@ -112,6 +122,7 @@ def bench_config(sweep: Sweep, num_nodes: int, gpus_per_node: int,
                               "collective": collective, "sizes_bytes": list(sweep.sizes_bytes)})
     return {"backend": backend, "timeout_s": timeout_s, "batches": sweep.batches,
             "min_batch_s": sweep.min_batch_s, "max_calls": sweep.max_calls,
+            "gemm_min_batch_s": sweep.gemm_min_batch_s,
             "gemm_sizes": list(sweep.gemm_sizes), "tests": tests}
 
 
@@ -220,13 +231,9 @@ def _points_by_class(bench: dict[str, Any]) -> dict[tuple[str, str], list[tuple[
     return out
 
 
-def _rms(values: Sequence[float]) -> float:
-    return math.sqrt(sum(v * v for v in values) / len(values)) if values else 0.0
-
-
-def _residuals_under(fit: AlphaBetaFit, points: Sequence[TimedPoint]) -> list[float]:
-    return [(fit.predict_s(p.latency_coeff, p.bytes_coeff) - p.time_s) / p.time_s
-            for p in points]
+def _error_under(fit: AlphaBetaFit, points: Sequence[TimedPoint]) -> float:
+    residuals = relative_residuals(fit.latency_s, fit.bandwidth_bytes_per_s, points)
+    return weighted_error(residuals, [p.time_s for p in points])
 
 
 def fit_collectives(bench: dict[str, Any]) -> list[CollectiveFit]:
@@ -249,14 +256,14 @@ def fit_collectives(bench: dict[str, Any]) -> list[CollectiveFit]:
         default = own[default_name][2]
         for collective, (sizes, points, fit) in own.items():
             keep = collective == default_name or (
-                _rms(_residuals_under(default, points)) - fit.rms_residual > OVERRIDE_GAIN)
+                _error_under(default, points) - fit.weighted_error > OVERRIDE_GAIN)
             fits.append(CollectiveFit(link_class, collective, tuple(sorted(set(sizes))),
                                       tuple(points), tuple(sizes), fit, keep))
     return fits
 
 
 def fit_gemm(bench: dict[str, Any], gpu: GPU) -> GemmFit | None:
-    """Per size, the slowest rank's median time (a step waits for it); fit the GEMM formula."""
+    """Per size, the median over batches of the slowest rank's time; fit the GEMM formula."""
     per_rank = bench.get("gemm") or {}
     by_n: dict[int, list[float]] = {}
     for rows in per_rank.values():
@@ -343,7 +350,7 @@ def fits_document(cal: CalibrationResult) -> list[dict[str, Any]]:
             "link_class": f.link_class, "collective": f.collective,
             "group_sizes": list(f.group_sizes), "in_profile": f.in_profile,
             "latency_s": f.fit.latency_s, "bandwidth_bytes_per_s": f.fit.bandwidth_bytes_per_s,
-            "rms_residual": f.fit.rms_residual, "max_abs_residual": f.fit.max_abs_residual,
+            "weighted_error": f.fit.weighted_error, "max_abs_residual": f.fit.max_abs_residual,
             "points": [{"group_size": p, "size_bytes": pt.size_bytes, "measured_s": pt.time_s,
                         "residual": r}
                        for p, pt, r in zip(f.point_group_sizes, f.points, f.fit.residuals,
@@ -359,7 +366,7 @@ def gemm_document(cal: CalibrationResult) -> dict[str, Any] | None:
     return {"peak_flops": g.peak_flops, "achieved_flops_large": g.fit.bandwidth_bytes_per_s,
             "max_efficiency": g.profile.max_efficiency,
             "half_efficiency_flops": g.profile.half_efficiency_flops,
-            "rms_residual": g.fit.rms_residual,
+            "weighted_error": g.fit.weighted_error,
             "points": [{"n": n, "flops": pt.bytes_coeff, "measured_s": pt.time_s,
                         "achieved_flops": pt.bytes_coeff / pt.time_s, "residual": r}
                        for n, pt, r in zip(g.sizes, g.points, g.fit.residuals, strict=True)]}
@@ -382,7 +389,7 @@ def report_lines(cal: CalibrationResult) -> list[str]:
             f"{f.link_class:10s} {f.collective:14s} p={sizes:5s} "
             f"latency {f.fit.latency_s * 1e6:9.1f} us  "
             f"bus bw {f.fit.bandwidth_bytes_per_s / 1e6:9.1f} MB/s  "
-            f"rms resid {f.fit.rms_residual:5.1%}  max {f.fit.max_abs_residual:5.1%}  [{role}]")
+            f"error {f.fit.weighted_error:5.1%} (max {f.fit.max_abs_residual:4.0%})  [{role}]")
         several = len(f.group_sizes) > 1
         resid = "  ".join(
             f"{_size_text(pt.size_bytes)}{f'/p{p}' if several else ''} {r:+.0%}"
@@ -393,7 +400,7 @@ def report_lines(cal: CalibrationResult) -> list[str]:
         lines.append(
             f"GEMM       max efficiency {g.profile.max_efficiency:.3f} of {g.peak_flops:.3g} "
             f"FLOP/s, half at {g.profile.half_efficiency_flops or 0:.3g} FLOPs, "
-            f"rms resid {g.fit.rms_residual:.1%}")
+            f"error {g.fit.weighted_error:.1%}")
         lines.append("    measured: " + "  ".join(
             f"n={n} {pt.bytes_coeff / pt.time_s / 1e9:.1f} GFLOP/s ({r:+.0%})"
             for n, pt, r in zip(g.sizes, g.points, g.fit.residuals, strict=True)))

@@ -7,7 +7,13 @@ Each measured op becomes a point of the same least-squares problem calibrate sol
 class and collective. A replay usually has one or two sizes per collective, which cannot pin down
 two parameters, so the fit frees only what the points are sensitive to: both when their
 latency and bandwidth shares differ enough, else the term that dominates them, the other held at
-its current value. GEMM efficiency is refitted from the stand-in's measured call time.
+its current value.
+
+Compute is refitted last, from the step times themselves: with the refitted collectives, each
+candidate's predicted step is ``a + lambda x c`` (c: the compute on its critical stage), and the
+relative least-squares lambda over the candidates rescales the GEMM efficiency. The stand-in's own
+call times are not used for this: on CPUs a rank computes faster while the others wait for the
+network, so they describe the overlap of ranks more than the GEMMs.
 
 Ops that cannot be attributed to one link class are left out and listed: pipeline receives
 (their time includes waiting for the previous stage) and groups that span nodes with several
@@ -43,13 +49,6 @@ class OpSample:
 
 
 @dataclass(frozen=True)
-class GemmSample:
-    candidate: int
-    flops: float
-    measured_s: float
-
-
-@dataclass(frozen=True)
 class Refit:
     """One refitted (link class, collective) and the points behind it."""
 
@@ -64,8 +63,11 @@ class Refit:
 
 @dataclass(frozen=True)
 class Feedback:
+    """The refitted profile, what changed and why."""
+
     profile: LinkProfile
     refits: tuple[Refit, ...]
+    compute_scale: float | None
     gemm_before: float | None
     gemm_after: float | None
     skipped: tuple[str, ...]
@@ -104,9 +106,9 @@ def _fit_one(points: Sequence[TimedPoint], before: LinkMeasurement, what: str
             "latency")
 
 
-def refit_profile(profile: LinkProfile, ops: Sequence[OpSample], gemm: Sequence[GemmSample],
-                  peak_flops: float) -> Feedback:
-    """A new profile: the refitted entries replace (as per-collective overrides) the old ones."""
+def refit_collectives(profile: LinkProfile, ops: Sequence[OpSample]
+                      ) -> tuple[LinkProfile, tuple[Refit, ...], tuple[str, ...]]:
+    """A profile whose refitted entries replace the old ones (as per-collective overrides)."""
     grouped: dict[tuple[str, str], list[tuple[OpSample, TimedPoint]]] = {}
     skipped: list[str] = []
     for op in ops:
@@ -133,21 +135,35 @@ def refit_profile(profile: LinkProfile, ops: Sequence[OpSample], gemm: Sequence[
             before = section.for_collective(collective)
             points = tuple(point for _, point in entries)
             fit, freed = _fit_one(points, before, f"replay {name} {collective}")
-            refits.append(Refit(name, collective, freed, _plain(before),
-                                fit, points, tuple(sorted({op.candidate for op, _ in entries}))))
+            refits.append(Refit(name, collective, freed, _plain(before), fit, points,
+                                tuple(sorted({op.candidate for op, _ in entries}))))
             overrides[collective] = LinkMeasurement(  # type: ignore[index]
                 latency_s=fit.latency_s, bandwidth_bytes_per_s=fit.bandwidth_bytes_per_s)
         sections[name] = section.model_copy(update={"collectives": overrides})
-    gemm_before = profile.gemm.max_efficiency if profile.gemm else None
-    new_gemm = profile.gemm
-    if gemm and profile.gemm is not None:
-        half = profile.gemm.half_efficiency_flops or 0.0
-        # time = (F + F_half) / (peak x eff) = a / eff with a = (F + F_half) / peak; the
-        # relative least squares over samples gives 1/eff = sum(a_i/t_i) / sum((a_i/t_i)^2).
-        ratios = [(g.flops + half) / (peak_flops * g.measured_s) for g in gemm]
-        eff = sum(r * r for r in ratios) / sum(ratios)
-        new_gemm = GemmProfile(**{**profile.gemm.model_dump(), "max_efficiency": min(1.0, eff)})
-    updated = profile.model_copy(update={**sections, "gemm": new_gemm})
-    return Feedback(LinkProfile.model_validate(updated.model_dump()), tuple(refits),
-                    gemm_before, new_gemm.max_efficiency if new_gemm else None,
-                    tuple(dict.fromkeys(skipped)))
+    updated = LinkProfile.model_validate(profile.model_copy(update=sections).model_dump())
+    return updated, tuple(refits), tuple(dict.fromkeys(skipped))
+
+
+def fit_compute_scale(steps: Sequence[tuple[float, float, float]]) -> float | None:
+    """lambda minimising sum(((a + lambda c) - m) / m)^2 over (measured m, predicted a + c, c).
+
+    None when no candidate has compute on its critical stage, or the fit is not positive (the
+    communication alone already overshoots every measurement).
+    """
+    num = den = 0.0
+    for measured, predicted, compute in steps:
+        rest = predicted - compute
+        num += compute * (measured - rest) / measured**2
+        den += compute**2 / measured**2
+    if den <= 0 or num <= 0:
+        return None
+    return num / den
+
+
+def scale_gemm(profile: LinkProfile, scale: float) -> LinkProfile:
+    """GEMMs ``scale`` times slower: efficiency divided by it (capped at 1)."""
+    if profile.gemm is None:
+        return profile
+    gemm = GemmProfile(**{**profile.gemm.model_dump(),
+                          "max_efficiency": min(1.0, profile.gemm.max_efficiency / scale)})
+    return profile.model_copy(update={"gemm": gemm})

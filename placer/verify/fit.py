@@ -1,10 +1,14 @@
 """Least-squares fits of measured times, and rank agreement (Kendall's tau).
 
-Pure functions, no torch: calibration and replay feed them measured points. Every fit is an
-ordinary least-squares problem on *relative* error, so a 4 KiB point that takes 2 ms and a
-256 MiB point that takes 3 s weigh the same, the way the fits in cpu-cluster-notes.md section 3
-were made. Residuals are returned so callers can print them: a fit that does not describe its
-points must say so.
+Pure functions, no torch: calibration and replay feed them measured points. Every fit is a
+weighted least-squares problem whose squared errors are divided by the measured time (timing
+noise whose variance grows with the time, as for a sum of independent delays). Plain least
+squares would let the largest message decide everything; dividing by the time squared (relative
+error, as cpu-cluster-notes.md section 3 did) lets the many latency-bound sizes decide the
+bandwidth too, and on a tbf-shaped link, whose burst lets small messages through unshaped, that
+overstated the bandwidth by 10-15 % (45 against 27 MB/s for gloo's all-to-all, whose large
+messages really move at 27). Residuals are returned as relative errors so callers can print them:
+a fit that does not describe its points must say so.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ class AlphaBetaFit:
     bandwidth_bytes_per_s: float
     residuals: tuple[float, ...]
     sizes_bytes: tuple[int, ...]
+    times_s: tuple[float, ...]
+
+    @property
+    def weighted_error(self) -> float:
+        """The fit's objective as one figure: the rms relative residual weighted by time."""
+        return weighted_error(self.residuals, self.times_s)
 
     @property
     def max_abs_residual(self) -> float:
@@ -54,19 +64,23 @@ class AlphaBetaFit:
         return latency_coeff * self.latency_s + bytes_coeff / self.bandwidth_bytes_per_s
 
 
-def _weighted_rows(points: Sequence[TimedPoint]) -> list[tuple[float, float]]:
-    """Rows of the relative-error system: each equation divided by its measured time."""
-    return [(p.latency_coeff / p.time_s, p.bytes_coeff / p.time_s) for p in points]
+def _weighted_rows(points: Sequence[TimedPoint]) -> list[tuple[float, float, float]]:
+    """Rows (coefficients, right-hand side) of the system, each divided by sqrt(time)."""
+    rows = []
+    for p in points:
+        w = 1.0 / math.sqrt(p.time_s)
+        rows.append((p.latency_coeff * w, p.bytes_coeff * w, p.time_s * w))
+    return rows
 
 
 def _solve_two(points: Sequence[TimedPoint]) -> tuple[float, float] | None:
-    """Unconstrained relative least squares for (alpha, beta); None if the system is singular."""
+    """Unconstrained weighted least squares for (alpha, beta); None if singular."""
     rows = _weighted_rows(points)
-    a11 = sum(x * x for x, _ in rows)
-    a12 = sum(x * y for x, y in rows)
-    a22 = sum(y * y for _, y in rows)
-    b1 = sum(x for x, _ in rows)  # right-hand side is T/T = 1 for every row
-    b2 = sum(y for _, y in rows)
+    a11 = sum(x * x for x, _, _ in rows)
+    a12 = sum(x * y for x, y, _ in rows)
+    a22 = sum(y * y for _, y, _ in rows)
+    b1 = sum(x * t for x, _, t in rows)
+    b2 = sum(y * t for _, y, t in rows)
     det = a11 * a22 - a12 * a12
     if det <= 1e-12 * max(a11 * a22, 1e-300):
         return None
@@ -74,13 +88,12 @@ def _solve_two(points: Sequence[TimedPoint]) -> tuple[float, float] | None:
 
 
 def _solve_one_given(points: Sequence[TimedPoint], column: int, other: float) -> float:
-    """Relative least squares for one unknown (column 0: alpha, 1: beta), the other held fixed."""
+    """Weighted least squares for one unknown (column 0: alpha, 1: beta), the other fixed."""
     num = den = 0.0
-    for p in points:
-        coeffs = (p.latency_coeff / p.time_s, p.bytes_coeff / p.time_s)
-        rest = 1.0 - coeffs[1 - column] * other
-        num += coeffs[column] * rest
-        den += coeffs[column] ** 2
+    for row in _weighted_rows(points):
+        rest = row[2] - row[1 - column] * other
+        num += row[column] * rest
+        den += row[column] ** 2
     return num / den if den > 0 else 0.0
 
 
@@ -137,7 +150,23 @@ def fit_alpha_beta(
         bandwidth_bytes_per_s=1.0 / beta,
         residuals=residuals,
         sizes_bytes=tuple(p.size_bytes for p in points),
+        times_s=tuple(p.time_s for p in points),
     )
+
+
+def relative_residuals(latency_s: float, bandwidth_bytes_per_s: float,
+                       points: Sequence[TimedPoint]) -> list[float]:
+    """(predicted - measured) / measured of each point under given parameters."""
+    return [(p.latency_coeff * latency_s + p.bytes_coeff / bandwidth_bytes_per_s - p.time_s)
+            / p.time_s for p in points]
+
+
+def weighted_error(residuals: Sequence[float], times_s: Sequence[float]) -> float:
+    """sqrt(sum r^2 t / sum t): what the fit minimises (sum (pred - t)^2 / t), made unitless."""
+    total = sum(times_s)
+    if total <= 0:
+        return 0.0
+    return math.sqrt(sum(r * r * t for r, t in zip(residuals, times_s, strict=True)) / total)
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:

@@ -43,6 +43,7 @@ def feedback_document(fb: Feedback) -> dict[str, Any]:
             "points": [{"size_bytes": p.size_bytes, "measured_s": p.time_s, "residual": r}
                        for p, r in zip(f.points, f.fit.residuals, strict=True)],
         } for f in fb.refits],
+        "compute_scale": fb.compute_scale,
         "gemm_max_efficiency": {"before": fb.gemm_before, "after": fb.gemm_after},
         "left_out": list(fb.skipped),
     }
@@ -103,8 +104,10 @@ def render(doc: dict[str, Any]) -> list[str]:
                 f"bw {f['before']['bandwidth_bytes_per_s'] / 1e6:.1f} -> "
                 f"{f['after']['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s; residuals {resid}")
         gemm = doc["calibration"]["gemm_max_efficiency"]
-        if gemm["before"] is not None:
-            lines.append(f"  refit GEMM max efficiency {gemm['before']:.3f} -> {gemm['after']:.3f}")
+        scale = doc["calibration"]["compute_scale"]
+        if gemm["before"] is not None and scale is not None:
+            lines.append(f"  refit compute: step times fit with compute x {scale:.2f}, GEMM max "
+                         f"efficiency {gemm['before']:.3f} -> {gemm['after']:.3f}")
         for note in doc["calibration"]["left_out"]:
             lines.append(f"  left out of the refit: {note}")
     return lines

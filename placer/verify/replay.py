@@ -4,8 +4,9 @@ The program is built from the cost model's own account of the step (``Estimate.c
 ``Estimate.breakdown``), every size multiplied by ``scale``:
 
 - per micro-batch and layer, a compute stand-in (``n x n`` GEMMs worth the predicted compute time)
-  followed by that layer's TP collectives, MoE all-to-alls and CP K/V exchanges, forward then
-  backward (with full recomputation a third of the per-layer calls are the backward's redo);
+  cut into pieces between that layer's TP collectives, MoE all-to-alls and CP K/V exchanges,
+  forward then backward (with full recomputation a third of the per-layer calls are the
+  backward's redo);
 - stage-boundary activations and gradients sent between pipeline stages in 1F1B order
   (interleaved schedules are replayed as plain 1F1B);
 - ZeRO-3 parameter gathers per micro-batch, and the DP/ZeRO gradient collectives at the end.
@@ -37,9 +38,10 @@ from placer.verify.workers.sizes import real_bytes
 
 REPLAY_FORMAT = "placer-replay/1"
 # Square GEMM sizes the stand-in may use; the largest whose call fits 4 times in the smallest
-# compute chunk is chosen, so rounding a chunk to whole calls costs at most ~12 %.
+# compute piece is chosen, so rounding a piece to whole calls costs at most ~12 % (the
+# prediction counts the whole calls the replay makes, so this is fidelity, not accuracy).
 GEMM_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-CALLS_PER_CHUNK = 4
+CALLS_PER_PIECE = 4
 # The backward pass of a layer does about twice the forward's GEMM work (dgrad + wgrad).
 FORWARD_SHARE = 1.0 / 3.0
 # Rank-map group each cost-model dimension runs on ("dp" in the cost model is the dp x cp
@@ -146,11 +148,11 @@ def compute_chunks_s(est: Estimate, model: Model, job: Job, scale: float
     return forward, backward, m, layers
 
 
-def choose_gemm_n(min_chunk_s: float, calib: Calibration, precision: str) -> int:
-    """Largest GEMM size whose call fits ``CALLS_PER_CHUNK`` times in the smallest chunk."""
+def choose_gemm_n(min_piece_s: float, calib: Calibration, precision: str) -> int:
+    """Largest GEMM size whose call fits ``CALLS_PER_PIECE`` times in the smallest piece."""
     chosen = GEMM_SIZES[0]
     for n in GEMM_SIZES:
-        if gemm_call_s(n, calib, precision) * CALLS_PER_CHUNK <= min_chunk_s:
+        if gemm_call_s(n, calib, precision) * CALLS_PER_PIECE <= min_piece_s:
             chosen = n
     return chosen
 
@@ -175,6 +177,30 @@ class _Kinds:
                                      GROUP_OF_DIMENSION[key], link.link_class, one.time_s))
             self.kind_links.append(link)
         return self._index[ident]
+
+
+def forward_calls(dimension: str, calls: int, full_recompute: bool) -> int:
+    """How many of a layer's per-micro-batch calls the forward pass issues.
+
+    TP and EP: half (two of four), a third with full recomputation (the backward redoes the
+    forward's); CP: one of three ring passes (K/V out), one of four with full recomputation.
+    """
+    if dimension == "cp":
+        return calls // (4 if full_recompute else 3)
+    return calls // (3 if full_recompute else 2)
+
+
+def smallest_part_s(est: Estimate, model: Model, job: Job, scale: float) -> float:
+    """The shortest compute piece of the replay: a layer's pass split at its collectives."""
+    fwd_s, bwd_s, m, layers = compute_chunks_s(est, model, job, scale)
+    full = est.layout.recompute == "full"
+    per_fwd = per_bwd = 0
+    for row in est.collectives:
+        if row.dimension in ("tp", "ep", "cp"):
+            calls = -(-row.calls_per_step // (m * layers))
+            fwd = forward_calls(row.dimension, calls, full)
+            per_fwd, per_bwd = per_fwd + fwd, per_bwd + calls - fwd
+    return min(fwd_s / max(1, per_fwd), bwd_s / max(1, per_bwd))
 
 
 @dataclass
@@ -204,10 +230,7 @@ def _per_layer_ops(rows: Sequence[CollectiveCost], kinds: _Kinds, layout: Layout
             slots = _split(row.calls_per_step, m * layers)
             for index, calls in enumerate(slots):
                 layer = grid[index // layers][index % layers]
-                if row.dimension == "cp":
-                    forward = calls // (4 if full else 3)
-                else:
-                    forward = calls // (3 if full else 2)
+                forward = forward_calls(row.dimension, calls, full)
                 layer.forward += [op] * forward
                 layer.backward += [op] * (calls - forward)
         elif row.dimension == "pp":
@@ -222,6 +245,17 @@ def _per_layer_ops(rows: Sequence[CollectiveCost], kinds: _Kinds, layout: Layout
     return grid, zero_fwd, zero_bwd, end, act, grad
 
 
+def _pass(ops: list[Op], gemms: int, collectives: list[Op]) -> None:
+    """One layer's pass: its compute cut into one piece per collective, each followed by it
+    (attention, all-reduce, MLP, all-reduce, as Megatron's layers run)."""
+    pieces = max(1, len(collectives))
+    for k, calls in enumerate(_split(gemms, pieces)):
+        if calls:
+            ops.append(("g", calls))
+        if k < len(collectives):
+            ops.append(collectives[k])
+
+
 def _stage_program(stage: int, stages: int, m: int, grid: list[list[_Layer]],
                    gemm_fwd: int, gemm_bwd: int, zero_fwd: list[Op], zero_bwd: list[Op],
                    end: list[Op], act: int | None, grad: int | None) -> list[Op]:
@@ -233,9 +267,7 @@ def _stage_program(stage: int, stages: int, m: int, grid: list[list[_Layer]],
             ops.append(("r", act))
         ops.extend(zero_fwd)
         for layer in grid[mb]:
-            if gemm_fwd:
-                ops.append(("g", gemm_fwd))
-            ops.extend(layer.forward)
+            _pass(ops, gemm_fwd, layer.forward)
         if stage < stages - 1 and act is not None:
             ops.append(("s", act))
 
@@ -243,9 +275,7 @@ def _stage_program(stage: int, stages: int, m: int, grid: list[list[_Layer]],
         if stage < stages - 1 and grad is not None:
             ops.append(("R", grad))
         for layer in reversed(grid[mb]):
-            if gemm_bwd:
-                ops.append(("g", gemm_bwd))
-            ops.extend(layer.backward)
+            _pass(ops, gemm_bwd, layer.backward)
         ops.extend(zero_bwd)
         if stage > 0 and grad is not None:
             ops.append(("S", grad))

@@ -92,7 +92,7 @@ class EmulatedLauncher(Launcher):
     """One torchrun per network namespace of an :class:`EmulatedCluster` (gloo on CPU)."""
 
     def __init__(self, num_nodes: int, gpus_per_node: int, inter_node_mbit: float | None,
-                 base_port: int = 29600) -> None:
+                 base_port: int = 29600, burst_bytes: int | None = None) -> None:
         ok, why = EmulatedCluster.available()
         if not ok:
             raise PlacerError(f"--emulate: cannot emulate a cluster here: {why}")
@@ -102,7 +102,7 @@ class EmulatedLauncher(Launcher):
         self.description = (f"emulated {num_nodes} nodes x {gpus_per_node} ranks "
                             f"(network namespaces, {rate} between nodes, gloo on CPU)")
         self._ports = itertools.count(base_port)
-        self.cluster = EmulatedCluster(num_nodes, inter_node_mbit)
+        self.cluster = EmulatedCluster(num_nodes, inter_node_mbit, burst_bytes=burst_bytes)
         try:
             self.cluster.start()
         except EmulationError as exc:

@@ -26,14 +26,20 @@ from placer.mesh import order_text, parse_order
 from placer.spec.profile import LinkProfile
 from placer.spec.results import Estimate, Plan
 from placer.topology import topology_of
-from placer.verify.feedback import Feedback, GemmSample, OpSample, refit_profile
+from placer.verify.feedback import (
+    Feedback,
+    OpSample,
+    fit_compute_scale,
+    refit_collectives,
+    scale_gemm,
+)
 from placer.verify.fit import kendall_tau, median
 from placer.verify.replay import (
     ReplayProgram,
     build_program,
     choose_gemm_n,
-    compute_chunks_s,
     repredict,
+    smallest_part_s,
 )
 from placer.verify.runner import Launcher
 
@@ -80,6 +86,8 @@ class CandidateResult:
     error: str | None = None
     op_measured_s: dict[int, float] = field(default_factory=dict)
     gemm_call_measured_s: float | None = None
+    gemm_n: int = 0
+    gemm_call_predicted_s: float = 0.0
     after: dict[str, Any] | None = None
 
     @property
@@ -96,6 +104,8 @@ class CandidateResult:
             "relative_error": self.relative_error, "measured_steps_s": self.measured_steps_s,
             "estimate_step_s": self.estimate_step_s, "plan_step_s": self.plan_step_s,
             "predicted_parts_s": self.predicted_parts, "wall_s": self.wall_s,
+            "gemm_stand_in": {"n": self.gemm_n, "predicted_call_s": self.gemm_call_predicted_s,
+                              "measured_call_s": self.gemm_call_measured_s},
         }
         if self.error:
             doc["error"] = self.error
@@ -139,12 +149,9 @@ def prepare(plan: Plan, indices: Sequence[int], profile: LinkProfile | None, sca
                        profile)
         links = group_links(plan.cluster, placement.layout, order, slots)
         base.append((index, placement, est, links, calibration_for(plan.cluster, profile)))
-    chunks = []
-    for _, _, est, _, _ in base:
-        fwd, bwd, _, _ = compute_chunks_s(est, plan.model, plan.job, scale)
-        chunks += [c for c in (fwd, bwd) if c > 0]
-    calib0 = base[0][4]
-    gemm_n = choose_gemm_n(min(chunks, default=0.0), calib0, plan.job.precision)
+    pieces = [smallest_part_s(est, plan.model, plan.job, scale) for _, _, est, _, _ in base]
+    gemm_n = choose_gemm_n(min((p for p in pieces if p > 0), default=0.0), base[0][4],
+                           plan.job.precision)
     return [Prepared(index, placement, est, links, calib,
                      build_program(est, plan.model, plan.job, links, calib, scale, gemm_n))
             for index, placement, est, links, calib in base]
@@ -166,7 +173,8 @@ def _base_result(prep: Prepared, plan: Plan) -> CandidateResult:
         layout_text=cand.layout.compact(), mesh_order=order_text(parse_order(cand.mesh_order)),
         status="skipped", predicted_step_s=prep.program.predicted_step_s,
         estimate_step_s=prep.estimate.step_time_s, plan_step_s=cand.step_time_s,
-        predicted_parts=dict(prep.program.predicted_parts))
+        predicted_parts=dict(prep.program.predicted_parts), gemm_n=prep.program.gemm_n,
+        gemm_call_predicted_s=prep.program.gemm_call_s)
 
 
 def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: VerifyOptions,
@@ -231,7 +239,7 @@ def op_times(prep: Prepared, records: Sequence[dict[str, Any]]) -> dict[int, flo
 
 
 def gemm_call_time(records: Sequence[dict[str, Any]]) -> float | None:
-    """Slowest rank's median per-call GEMM time (a step waits for its slowest rank)."""
+    """Slowest rank's median per-call GEMM time (for the report; the refit uses step times)."""
     per_rank = [median([s / r["gemm_calls"] for s in r["gemm_s"]])
                 for r in records if r.get("gemm_calls")]
     return max(per_rank) if per_rank else None
@@ -257,11 +265,10 @@ def ranking_summary(results: Sequence[CandidateResult], predicted: Callable[
             "median_abs_relative_error": median(errors)}
 
 
-def samples(preps: Sequence[Prepared], results: Sequence[CandidateResult]
-            ) -> tuple[list[OpSample], list[GemmSample]]:
+def op_samples(preps: Sequence[Prepared], results: Sequence[CandidateResult]
+               ) -> list[OpSample]:
     by_index = {p.index: p for p in preps}
     ops: list[OpSample] = []
-    gemms: list[GemmSample] = []
     for r in results:
         if r.status != "ok":
             continue
@@ -270,40 +277,59 @@ def samples(preps: Sequence[Prepared], results: Sequence[CandidateResult]
             if kind.id in r.op_measured_s:
                 ops.append(OpSample(r.index, kind.collective, kind.dimension, kind.message_bytes,
                                     kind.group_size, link, r.op_measured_s[kind.id]))
-        if r.gemm_call_measured_s:
-            gemms.append(GemmSample(r.index, 2.0 * prog.gemm_n**3, r.gemm_call_measured_s))
-    return ops, gemms
+    return ops
+
+
+def refit(plan: Plan, profile: LinkProfile, preps: Sequence[Prepared],
+          results: Sequence[CandidateResult], use: Callable[[int], bool] = lambda _: True
+          ) -> Feedback:
+    """Refit from the candidates ``use`` selects: collectives from their op times, then the
+    compute scale from their step times (placer/verify/feedback.py)."""
+    chosen = [r for r in results if r.status == "ok" and use(r.index)]
+    updated, refits, skipped = refit_collectives(profile, op_samples(preps, chosen))
+    calib = calibration_for(plan.cluster, updated)
+    by_index = {p.index: p for p in preps}
+    steps = []
+    for r in chosen:
+        step, parts = repredict(by_index[r.index].program, calib, plan.job.precision)
+        if r.measured_step_s:
+            steps.append((r.measured_step_s, step, parts.get("compute", 0.0)))
+    scale = fit_compute_scale(steps)
+    if scale is None:
+        skipped = (*skipped, "compute: no usable step times to rescale the GEMM efficiency")
+    else:
+        updated = scale_gemm(updated, scale)
+    before = profile.gemm.max_efficiency if profile.gemm else None
+    after = updated.gemm.max_efficiency if updated.gemm else None
+    return Feedback(updated, refits, scale, before, after, skipped)
 
 
 def feedback(plan: Plan, profile: LinkProfile, preps: Sequence[Prepared],
              results: list[CandidateResult]) -> tuple[Feedback, dict[str, Any]]:
     """Refit from every replay, re-predict each candidate; also leave-one-out predictions."""
-    peak = calibration_for(plan.cluster, profile).peak_flops(plan.job.precision)
-    ops, gemms = samples(preps, results)
-    fb = refit_profile(profile, ops, gemms, peak)
+    fb = refit(plan, profile, preps, results)
     calib = calibration_for(plan.cluster, fb.profile)
     by_index = {p.index: p for p in preps}
-    before = {r.index: r.predicted_step_s for r in results if r.status == "ok"}
+    ok = [r for r in results if r.status == "ok"]
+    before = {r.index: r.predicted_step_s for r in ok}
     for r in results:
         prog = by_index[r.index].program
         step, parts = repredict(prog, calib, plan.job.precision)
         r.after = {"predicted_step_s": step, "predicted_parts_s": parts}
         if r.measured_step_s is not None:
             r.after["relative_error"] = (step - r.measured_step_s) / r.measured_step_s
-        if r.status == "ok" and len(before) > 1:
-            others = [o for o in ops if o.candidate != r.index]
-            other_gemm = [g for g in gemms if g.candidate != r.index]
-            loo = refit_profile(profile, others, other_gemm, peak)
+        if r.status == "ok" and len(ok) > 1:
+            loo = refit(plan, profile, preps, results, lambda i, me=r.index: i != me)
             loo_step, _ = repredict(prog, calibration_for(plan.cluster, loo.profile),
                                     plan.job.precision)
             r.after["leave_one_out_predicted_step_s"] = loo_step
     summary = ranking_summary(results, lambda r: r.after["predicted_step_s"] if r.after else 0.0)
-    ok = [r for r in results if r.status == "ok"]
     after_pred = [r.after["predicted_step_s"] for r in ok if r.after]
     summary["ranking_change_tau"] = kendall_tau([before[r.index] for r in ok], after_pred)
-    summary["order_before"] = [r.index for r in sorted(ok, key=lambda r: before[r.index])]
+    summary["order_before"] = [r.index for r in sorted(ok, key=lambda r: (before[r.index],
+                                                                          r.index))]
     summary["order_after"] = [r.index for r in sorted(
-        ok, key=lambda r: r.after["predicted_step_s"] if r.after else 0.0)]
+        ok, key=lambda r: (r.after["predicted_step_s"] if r.after else 0.0, r.index))]
     loo_errors = [abs(r.after["leave_one_out_predicted_step_s"] - r.measured_step_s)
                   / r.measured_step_s for r in ok
                   if r.after and "leave_one_out_predicted_step_s" in r.after

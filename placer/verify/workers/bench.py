@@ -108,15 +108,19 @@ def time_one(collective: str, nbytes: int, group: dist.ProcessGroup, ranks: list
 
 
 def measure_gemm(config: dict[str, Any], rt: Any) -> list[dict[str, Any]]:
-    """Every rank at once, one size at a time: per-call seconds of each batch on this rank."""
+    """Every rank at once, one size at a time, the same calls per batch on every rank: per-call
+    seconds of each batch on the slowest rank (a training step waits for it)."""
     dtype = gemm_dtype(rt.device)
     out = []
     for n in config["gemm_sizes"]:
-        barrier(None, rt.device)
         call = gemm_call(n, dtype, rt.device)
-        first = timed(call, 1, rt.device)
-        count = call_count(first, config["min_batch_s"], config["max_calls"])
-        times = [timed(call, count, rt.device) / count for _ in range(config["batches"])]
+        first = max_over(timed(call, 1, rt.device), None, rt.device)
+        count = call_count(first, config.get("gemm_min_batch_s", config["min_batch_s"]),
+                           config["max_calls"] * 10)
+        times = []
+        for _ in range(config["batches"]):
+            barrier(None, rt.device)
+            times.append(max_over(timed(call, count, rt.device), None, rt.device) / count)
         out.append({"n": n, "flops": 2 * n**3, "calls_per_batch": count, "times_s": times})
     return out
 
