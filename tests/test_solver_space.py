@@ -67,6 +67,7 @@ def test_knob_options_respect_knob_constraints_and_count_exactly() -> None:
               constraints=["zero>=1", "recompute in none,full", "sp=on"])
     degrees = Degrees(tp=2, pp=2, dp=4, cp=1)
     options = knob_options(degrees, model, job)
+    assert options.vpp_by_mbs[0] == (1, 2, 4, 8, 16)  # 16 layers per stage, 16 micro-batches
     assert options.zero == (1, 2, 3)
     assert options.recompute == ("none", "full")
     assert options.sp == (True,)

@@ -110,8 +110,10 @@ def tp_inside_nvlink(layout: Layout, order: Sequence[str], topology: ClusterTopo
 
 
 def tp_capacity(topology: ClusterTopology, job: Job, tp_values: Sequence[int]) -> dict[int, int]:
-    """GPUs that can hold TP groups of each size: whole groups per NVLink domain (or per node
-    when the job lets TP leave NVLink). A size that fits nowhere is left out."""
+    """GPUs that can hold TP groups of each size: whole groups per NVLink domain, or, when the
+    job lets TP leave NVLink, per node, or over whole nodes when every node has the same
+    healthy GPU count (the natural order then spans consecutive nodes). A size that fits
+    nowhere is left out."""
     domains: dict[int, int] = {}
     if job.allow_tp_outside_nvlink:
         for node in range(topology.num_nodes):
@@ -119,10 +121,13 @@ def tp_capacity(topology: ClusterTopology, job: Job, tp_values: Sequence[int]) -
     else:
         for key in slot_domains(topology):
             domains[key] = domains.get(key, 0) + 1
+    counts = set(domains.values())
     out: dict[int, int] = {}
     for tp in tp_values:
-        if job.allow_tp_outside_nvlink and tp > max(domains.values()):
-            out[tp] = topology.num_gpus // tp * tp
+        if job.allow_tp_outside_nvlink and tp > max(counts):
+            per_node = max(counts)
+            if len(counts) == 1 and tp % per_node == 0:
+                out[tp] = topology.num_nodes // (tp // per_node) * tp
             continue
         capacity = sum(count // tp * tp for count in domains.values())
         if capacity:
@@ -251,17 +256,20 @@ class Bin:
 
 
 def bins_for(topology: ClusterTopology, tp: int, job: Job) -> list[Bin]:
-    """Bins in node order: nodes, or whole NVLink islands when TP is larger than a node."""
+    """Bins in node order: nodes, or whole NVLink islands when TP is larger than a node (or,
+    when the job lets TP leave NVLink, runs of consecutive nodes)."""
     groups: dict[int, dict[int, list[int]]] = {}
     domains = slot_domains(topology)
     for node in range(topology.num_nodes):
         healthy = topology.layout_of(node).healthy
         key = node
-        if topology.spans_domain_nodes(node) and tp > len(healthy):
+        if tp > len(healthy) and job.allow_tp_outside_nvlink:
+            key = node // -(-tp // max(1, len(healthy)))  # consecutive nodes, TP over network
+        elif tp > len(healthy) and topology.spans_domain_nodes(node):
             key = topology.island_of(node)
         first = topology.first_slot_of(node)
         for slot in range(first, first + len(healthy)):
-            domain = node if job.allow_tp_outside_nvlink else domains[slot]
+            domain = key if job.allow_tp_outside_nvlink else domains[slot]
             groups.setdefault(key, {}).setdefault(domain, []).append(slot)
     out = []
     for key in sorted(groups):

@@ -98,7 +98,10 @@ def degree_tuples(model: Model, job: Job, num_gpus: int, tp_capacity: Mapping[in
         limit = min(tp_capacity[tp], num_gpus)
         if limit < tp:
             continue
-        for pp in divisors(model.num_layers):
+        # Every pipeline depth up to one layer per stage: layout_problem decides which splits
+        # are allowed (today only even ones), so the space follows the rule, not a copy of it.
+        pps = divisors(num_gpus // tp) if exact else range(1, limit // tp + 1)
+        for pp in (p for p in pps if p <= model.num_layers):
             for cp in divisors(job.seq_len):
                 base = tp * pp * cp
                 if base > limit:
@@ -164,12 +167,15 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
            if m in named or (m <= MBS_CAP and m & (m - 1) == 0)]
     mbs_ok = _allowed(job, "mbs", list(mbs), int)
     layers_per_stage = model.num_layers // degrees.pp
+    degree_job = _degree_job(job)  # knob constraints are applied per key below
     vpp_by_mbs = []
     for m in mbs_ok:
         microbatches = per_replica // m
         vpps = [1]
         if degrees.pp > 1 and microbatches % degrees.pp == 0:
-            vpps += [v for v in divisors(layers_per_stage) if 1 < v <= VPP_CAP]
+            vpps += [v for v in range(2, min(VPP_CAP, layers_per_stage) + 1)
+                     if layout_problem(degrees.layout(vpp=v, mbs=m), model, degree_job,
+                                       degrees.num_gpus) is None]
         vpp_by_mbs.append(_allowed(job, "vpp", list(vpps), int))
     zero = list(ZERO_STAGES) if degrees.dp * degrees.cp > 1 else [0]
     sp = [False, True] if degrees.tp > 1 and job.seq_len % degrees.tp == 0 else [False]
