@@ -124,16 +124,29 @@ class Calibration:
         return None if section is None else section.for_collective(collective)
 
 
-def bounding_node_type(cluster: Cluster) -> NodeType:
-    """The node type that bounds a job: the least capable GPU (memory, then peak)."""
+def _used_node_types(cluster: Cluster) -> list[NodeType]:
     used = {p.node_type for p in cluster.pools}
-    types = [t for t in cluster.node_types if t.name in used]
-    return min(types, key=lambda t: (t.gpu.capacity_bytes, t.gpu.bf16_flops, t.name))
+    return [t for t in cluster.node_types if t.name in used]
+
+
+def bounding_node_type(cluster: Cluster) -> NodeType:
+    """The node type whose GPU memory bounds a job: the smallest (then the slowest)."""
+    return min(_used_node_types(cluster),
+               key=lambda t: (t.gpu.capacity_bytes, t.gpu.bf16_flops, t.name))
+
+
+def slowest_node_type(cluster: Cluster) -> NodeType:
+    """The node type that paces a synchronous step on a mixed cluster: the lowest BF16 peak."""
+    return min(_used_node_types(cluster),
+               key=lambda t: (t.gpu.bf16_flops, t.gpu.hbm_bandwidth_bytes_per_s, t.name))
 
 
 def calibration_for(cluster: Cluster, profile: LinkProfile | None = None) -> Calibration:
-    """Resolve constants for ``cluster``; a profile's measured figures take precedence."""
-    node_type = bounding_node_type(cluster)
+    """Resolve constants for ``cluster``; a profile's measured figures take precedence.
+
+    On a mixed cluster every rank is costed on the slowest GPU: a synchronous step waits for it.
+    """
+    node_type = slowest_node_type(cluster)
     gpu = node_type.gpu
     fabric = node_type.fabric
     if fabric.kind == "pcie":
