@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import struct
 from pathlib import Path
 
 import jsonschema
@@ -216,10 +217,14 @@ def test_plot_writes_readable_pictures(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run([*SMALL, "--plot", str(tmp_path / "pics")], capsys)
     assert code == 0, err
-    for name in ("rankmap.png", "rankmap.svg", "breakdown.png", "breakdown.svg"):
-        assert (tmp_path / "pics" / name).stat().st_size > 20_000
+    for name in ("rankmap.png", "breakdown.png"):
+        data = (tmp_path / "pics" / name).read_bytes()
+        width, height = struct.unpack(">II", data[16:24])
+        assert data[:4] == b"\x89PNG" and width > 600 and height > 300 and len(data) > 20_000
+    rank_svg = (tmp_path / "pics" / "rankmap.svg").read_text()
+    assert "r7" in rank_svg and "TP group 0" in rank_svg and "GPU index on the node" in rank_svg
     chart = (tmp_path / "pics" / "breakdown.svg").read_text()
-    assert "#2" in chart and "default" in chart
+    assert "#2" in chart and "default" in chart and "predicted time per step (s)" in chart
 
 
 def test_the_common_default_matches_the_cost_model() -> None:
