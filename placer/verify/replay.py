@@ -204,7 +204,7 @@ def smallest_part_s(est: Estimate, model: Model, job: Job, scale: float) -> floa
 
 
 @dataclass
-class _Layer:
+class LayerOps:
     """Ops of one layer in one pass, before and after its compute."""
 
     forward: list[Op] = field(default_factory=list)
@@ -212,11 +212,11 @@ class _Layer:
 
 
 def _per_layer_ops(rows: Sequence[CollectiveCost], kinds: _Kinds, layout: Layout, m: int,
-                   layers: int, scale: float) -> tuple[list[list[_Layer]], list[Op], list[Op],
+                   layers: int, scale: float) -> tuple[list[list[LayerOps]], list[Op], list[Op],
                                                        list[Op], int | None, int | None]:
     """Split the ledger into per-(micro-batch, layer) ops, per-micro-batch ZeRO ops, end-of-step
     DP ops, and the pipeline's activation / gradient kinds."""
-    grid = [[_Layer() for _ in range(layers)] for _ in range(m)]
+    grid = [[LayerOps() for _ in range(layers)] for _ in range(m)]
     zero_fwd: list[Op] = []
     zero_bwd: list[Op] = []
     end: list[Op] = []
@@ -256,7 +256,7 @@ def _pass(ops: list[Op], gemms: int, collectives: list[Op]) -> None:
             ops.append(collectives[k])
 
 
-def _stage_program(stage: int, stages: int, m: int, grid: list[list[_Layer]],
+def stage_program(stage: int, stages: int, m: int, grid: list[list[LayerOps]],
                    gemm_fwd: int, gemm_bwd: int, zero_fwd: list[Op], zero_bwd: list[Op],
                    end: list[Op], act: int | None, grad: int | None) -> list[Op]:
     """1F1B: warm-up forwards, then one forward and one backward at a time, then the rest."""
@@ -304,7 +304,7 @@ def build_program(est: Estimate, model: Model, job: Job, links: GroupLinks, cali
     kinds = _Kinds(links, calib)
     grid, zero_fwd, zero_bwd, end, act, grad = _per_layer_ops(
         est.collectives, kinds, layout, m, layers, scale)
-    stages = tuple(tuple(_stage_program(s, layout.pp, m, grid, gemm_fwd, gemm_bwd, zero_fwd,
+    stages = tuple(tuple(stage_program(s, layout.pp, m, grid, gemm_fwd, gemm_bwd, zero_fwd,
                                         zero_bwd, end, act, grad)) for s in range(layout.pp))
     program = ReplayProgram(layout=layout, scale=scale, microbatches=m, layers=layers,
                             kinds=tuple(kinds.kinds), stages=stages, gemm_n=gemm_n,
