@@ -3,6 +3,10 @@ the job's constraints, returns distinct candidates, and explains infeasible inpu
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from placer.errors import InfeasibleError
@@ -54,6 +58,30 @@ def test_same_input_same_output() -> None:
     assert [c.model_dump() for c in first.candidates] == [c.model_dump() for c in
                                                            second.candidates]
     assert first.detail == second.detail
+
+
+_CHILD = """
+import sys
+from placer.solver import recommend
+from placer.spec import Cluster, Job
+from placer.spec.presets import cluster_preset, model_preset
+data = cluster_preset("dgx-h100").with_nodes(3).model_dump()
+data["excluded_gpus"] = [{"node": 1, "gpu": 6}]
+result = recommend(model_preset("llama3-8b"), Cluster.model_validate(data),
+                   Job(seq_len=4096, global_batch_size=64), top_k=3)
+sys.stdout.write("\\n".join(c.model_dump_json() for c in result.candidates))
+"""
+
+
+def test_byte_identical_across_processes_and_hash_seeds() -> None:
+    """No set or dict order leaks into the answer: other hash seeds, same bytes."""
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                              env=env, check=True, timeout=300)
+        outputs.append(done.stdout)
+    assert outputs[0] and outputs[0] == outputs[1]
 
 
 def test_candidates_are_ranked_distinct_and_fit() -> None:
