@@ -52,3 +52,12 @@ def test_long_contexts_get_cp_up_to_8k_tokens_per_rank() -> None:
     base = common_default(model, cluster, job, 2048, estimate)
     assert base.layout is None
     assert base.note.startswith("it does not fit at any PP degree with TP=8, CP=16")
+
+
+def test_no_valid_default_names_the_rule_it_breaks() -> None:
+    model = model_preset("llama3-8b")
+    job, _ = resolve_job(model, seq_len=5, global_batch=3)
+    base = common_default(model, cluster_preset("dgx-h100"), job, 8, estimate)
+    assert base.layout is None
+    assert base.note == ("no PP degree gives a valid layout with TP=8 on 8 GPUs (at PP=1: "
+                         "layout.tp=8 with sequence parallelism tp must divide seq_len=5)")

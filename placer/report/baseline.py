@@ -71,13 +71,17 @@ def common_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
     tp = default_tp(model, cluster, num_gpus)
     cp = default_cp(job.seq_len, num_gpus // tp)
     tightest: Estimate | None = None
+    problem = f"no PP degree divides {num_gpus // (tp * cp)}"
     for pp in _divisors(num_gpus // (tp * cp)):
         dp = num_gpus // (tp * cp * pp)
         ep = math.gcd(model.moe.num_experts, tp * dp) if model.moe else 1
         layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch_size=1,
                         zero_stage=1 if dp > 1 else 0, recompute="selective",
                         sequence_parallel=tp > 1)
-        if layout_problem(layout, model, plain_job, num_gpus) is not None:
+        found = layout_problem(layout, model, plain_job, num_gpus)
+        if found is not None:
+            if pp == 1:
+                problem = f"{found[0]}={found[1]} {found[2]}"
             continue
         estimate = estimate_fn(model, cluster, plain_job, layout, order=DEFAULT_ORDER,
                                profile=profile)
@@ -87,8 +91,8 @@ def common_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
             tightest = estimate
     with_cp = f", CP={cp}" if cp > 1 else ""
     if tightest is None:
-        return Baseline(None, None, f"no valid PP degree with TP={tp}{with_cp} for {num_gpus} GPUs "
-                                    f"and a global batch of {job.global_batch_size}")
+        return Baseline(None, None, f"no PP degree gives a valid layout with TP={tp}{with_cp} on "
+                                    f"{num_gpus} GPUs (at PP=1: {problem})")
     mem = tightest.memory
     return Baseline(None, None,
                     f"it does not fit at any PP degree with TP={tp}{with_cp}: the best "
