@@ -152,6 +152,20 @@ def test_precision_reaches_the_job(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and Plan.model_validate_json(out).job.precision == "fp8"
 
 
+def test_a_link_profile_feeds_the_cost_model(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "slow.yaml"
+    profile.write_text("format: placer-link-profile/1\n"
+                       "intra_node: {latency_s: 1.0e-4, bandwidth_bytes_per_s: 2.0e9}\n"
+                       "inter_node: {latency_s: 1.0e-4, bandwidth_bytes_per_s: 1.0e9}\n")
+    _, plain, _ = run([*SMALL, "--json"], capsys)
+    code, slow, err = run([*SMALL, "--json", "--profile", str(profile)], capsys)
+    assert code == 0, err
+    fast_best = Plan.model_validate_json(plain).candidates[0]
+    slow_best = Plan.model_validate_json(slow).candidates[0]
+    assert slow_best.step_time_s > fast_best.step_time_s
+
+
 def test_hf_config_json_works_as_a_model(capsys: pytest.CaptureFixture[str]) -> None:
     config = ROOT / "tests" / "data" / "hf" / "llama-3-8b" / "config.json"
     code, out, err = run(["recommend-layout", "--model", str(config), "--cluster", "dgx-h100",

@@ -87,10 +87,10 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
               help="write plan.json and the launch files of the best layout into DIR")
 @click.option("--plot", "plot_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="draw rankmap.png/svg and breakdown.png/svg into DIR (needs matplotlib)")
-@click.option("--script", default=DEFAULT_SCRIPT, show_default=True,
+@click.option("--script", default=DEFAULT_SCRIPT, show_default=True, metavar="SCRIPT",
               help="training script the emitted launch.sh runs")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=DEFAULT_MASTER_PORT,
-              show_default=True, help="rendezvous port of the emitted launch files")
+              metavar="PORT", show_default=True, help="rendezvous port of the emitted launch files")
 @click.option("--debug", is_flag=True, help="add NCCL/torch debugging variables to emitted env.sh")
 @click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
 def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
