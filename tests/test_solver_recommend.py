@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -170,6 +171,16 @@ def test_mixed_gpu_types_give_slower_stages_fewer_layers() -> None:
     assert fast and slow and min(fast) > max(slow)
 
 
+def test_a_gpu_count_no_layout_can_split_leaves_whole_nodes_idle() -> None:
+    """72 GPUs of an NVL72 rack and a power-of-two batch: 64 GPUs on 16 whole trays."""
+    rack = cluster_preset("gb200-nvl72")
+    candidate = recommend(model_preset("llama3-8b"), rack, SMALL, top_k=1).candidates[0]
+    assert candidate.layout.num_gpus == 64
+    assert candidate.why[0].startswith("uses 64 of 72 GPUs because no parallel layout of 72")
+    per_node = Counter(e.node for e in candidate.rank_map)
+    assert set(per_node.values()) == {4} and len(per_node) == 16
+
+
 def test_too_few_gpus_gets_the_memory_bound() -> None:
     with pytest.raises(InfeasibleError, match=r"at least \d+ GPUs are needed"):
         recommend(model_preset("llama3-405b"), _cluster(2), SMALL)
@@ -195,7 +206,9 @@ def test_memory_is_named_when_every_layout_runs_out() -> None:
 
 def test_degree_rules_are_named_when_nothing_divides() -> None:
     # 24 GPUs need a factor 3 that no degree can take: tp, pp divide powers of two, an odd
-    # sequence rules out cp > 1, and dp must divide a batch of 7.
-    job = Job(seq_len=4095, global_batch_size=7)
-    with pytest.raises(InfeasibleError, match="passes the degree rules"):
-        recommend(model_preset("llama3-8b"), _cluster(3), job)
+    # sequence rules out cp > 1, and dp must divide a batch of 7. With 30% headroom the 70B
+    # model needs 22 GPUs even fully sharded, so the 16 a valid layout could use are too few.
+    job = Job(seq_len=4095, global_batch_size=7, memory_headroom=0.3)
+    with pytest.raises(InfeasibleError, match="passes the degree rules.*with fewer GPUs no "
+                                              "layout fits in GPU memory"):
+        recommend(model_preset("llama3-70b"), _cluster(3), job)

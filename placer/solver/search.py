@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placer.cost import estimate, minimum_gpus_needed
 from placer.errors import InfeasibleError
@@ -82,7 +82,7 @@ def _nvlink_size(cluster: Cluster) -> int:
 
 def _placements(row: Row, topology: ClusterTopology, cluster: Cluster, job: Job,
                 time_limit_s: float) -> list[Placement]:
-    if cluster.is_regular:
+    if cluster.is_regular and row.layout.num_gpus == cluster.num_gpus:
         return (order_placements(row.layout, topology, job)
                 + tiling_placements(row.layout, topology, job))
     weights = traffic_weights(row.estimate.collectives)
@@ -145,12 +145,18 @@ class Space:
     tp_capacity: dict[int, int]
     degrees: list[Degrees]
     exact: bool
-    """True when every healthy GPU must be used (regular clusters)."""
+    """True when every healthy GPU is used with the natural placement (regular clusters)."""
+    note: str | None = None
+    """Why a regular cluster's GPUs cannot all be used, if they cannot."""
 
 
 def search_space(model: Model, cluster: Cluster, job: Job) -> Space:
     """Degree tuples under the NVLink rule and the job's constraints; InfeasibleError with the
-    tightest reason when there are none (or the GPUs cannot hold the model at all)."""
+    tightest reason when there are none (or the GPUs cannot hold the model at all).
+
+    A regular cluster whose GPU count no layout can split (72 GPUs of an NVL72 rack with a
+    power-of-two batch) is searched like an irregular one, using fewer GPUs, with a note.
+    """
     need = minimum_gpus_needed(model, cluster, job)
     if cluster.num_gpus < need.gpus:
         raise InfeasibleError(need.reason)
@@ -159,12 +165,19 @@ def search_space(model: Model, cluster: Cluster, job: Job) -> Space:
     heads = divisors(model.num_attention_heads)
     capacity = tp_capacity(topology, job, heads)
     degrees = degree_tuples(model, job, cluster.num_gpus, capacity, exact=exact)
+    note = None
     if not degrees:
         relaxed = tp_capacity(topology, job.model_copy(update={"allow_tp_outside_nvlink": True}),
                               heads)
-        raise InfeasibleError(no_degrees_reason(model, job, cluster.num_gpus, capacity, relaxed,
-                                                exact=exact, nvlink_size=_nvlink_size(cluster)))
-    return Space(topology, capacity, degrees, exact)
+        reason = no_degrees_reason(model, job, cluster.num_gpus, capacity, relaxed, exact=exact,
+                                   nvlink_size=_nvlink_size(cluster))
+        if exact:
+            degrees = degree_tuples(model, job, cluster.num_gpus, capacity, exact=False)
+            exact = False
+            note = reason
+        if not degrees:
+            raise InfeasibleError(reason)
+    return Space(topology, capacity, degrees, exact, note)
 
 
 def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
@@ -180,7 +193,10 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     keep = top_k + EXTRA_PICKS
     rows, table = build_table(model, cluster, job, degrees, keep=keep, profile=profile)
     if not rows:
-        raise InfeasibleError(memory_reason(model, cluster, job, table))
+        reason = memory_reason(model, cluster, job, table)
+        if space.note:
+            reason = f"{space.note}; and with fewer GPUs {reason}"
+        raise InfeasibleError(reason)
     max_tp = None if job.allow_tp_outside_nvlink else max(capacity)
     selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=keep, max_tp=max_tp,
                            time_limit_s=time_limit_s / 2)
@@ -194,6 +210,9 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
         raise InfeasibleError(f"no placement keeps every TP group inside an NVLink domain on "
                               f"{cluster.name}; set allow_tp_outside_nvlink to allow it")
     placed.sort(key=lambda p: p.key)
+    if space.note:
+        placed = [replace(p, why=[f"uses {p.estimate.layout.num_gpus} of {cluster.num_gpus} GPUs "
+                                  f"because {space.note}", *p.why]) for p in placed]
     candidates = [_candidate(p, model, cluster, job, topology) for p in placed[:top_k]]
     notes = [f"{p.estimate.layout.compact()}: {line}" for p in placed for line in p.why]
     costed = sum(p.costed for p in placed)
