@@ -316,7 +316,7 @@ def _short_fits(cal: CalibrationResult) -> list[str]:
         if f.in_profile and f.is_default:
             lines.append(f"calibrated {f.link_class}: latency {f.fit.latency_s * 1e6:.0f} us, "
                          f"bus bw {f.fit.bandwidth_bytes_per_s / 1e6:.1f} MB/s "
-                         f"(rms residual {f.fit.rms_residual:.0%})")
+                         f"(fit error {f.fit.weighted_error:.0%})")
     if cal.gemm is not None:
         lines.append(f"calibrated GEMM: max efficiency {cal.gemm.profile.max_efficiency:.3f}")
     return lines

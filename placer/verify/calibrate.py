@@ -216,6 +216,7 @@ class CalibrationResult:
     collectives: tuple[CollectiveFit, ...]
     gemm: GemmFit | None
     source: str
+    unfitted: tuple[str, ...] = ()
 
 
 def _points_by_class(bench: dict[str, Any]) -> dict[tuple[str, str], list[tuple[int, TimedPoint]]]:
@@ -236,9 +237,14 @@ def _error_under(fit: AlphaBetaFit, points: Sequence[TimedPoint]) -> float:
     return weighted_error(residuals, [p.time_s for p in points])
 
 
-def fit_collectives(bench: dict[str, Any]) -> list[CollectiveFit]:
-    """Fit every measured (link class, collective); mark which ones the profile keeps."""
+def fit_collectives(bench: dict[str, Any]) -> tuple[list[CollectiveFit], list[str]]:
+    """Fit every measured (link class, collective); mark which ones the profile keeps.
+
+    A collective whose points cannot be fitted (times that do not grow with size) is left out
+    of the profile, with the reason, instead of failing the whole calibration.
+    """
     fits: list[CollectiveFit] = []
+    unfitted: list[str] = []
     grouped = _points_by_class(bench)
     for link_class in LINK_CLASSES:
         own: dict[str, tuple[list[int], list[TimedPoint], AlphaBetaFit]] = {}
@@ -248,8 +254,12 @@ def fit_collectives(bench: dict[str, Any]) -> list[CollectiveFit]:
                 continue
             sizes = [p for p, _ in entries]
             points = [pt for _, pt in entries]
-            own[collective] = (sizes, points, fit_alpha_beta(
-                points, what=f"{link_class} {collective}"))
+            try:
+                fit = fit_alpha_beta(points, what=f"{link_class} {collective}")
+            except PlacerError as exc:
+                unfitted.append(str(exc))
+                continue
+            own[collective] = (sizes, points, fit)
         if not own:
             continue
         default_name = "all_reduce" if "all_reduce" in own else next(iter(own))
@@ -259,7 +269,7 @@ def fit_collectives(bench: dict[str, Any]) -> list[CollectiveFit]:
                 _error_under(default, points) - fit.weighted_error > OVERRIDE_GAIN)
             fits.append(CollectiveFit(link_class, collective, tuple(sorted(set(sizes))),
                                       tuple(points), tuple(sizes), fit, keep))
-    return fits
+    return fits, unfitted
 
 
 def fit_gemm(bench: dict[str, Any], gpu: GPU) -> GemmFit | None:
@@ -313,13 +323,14 @@ def build_profile(fits: Sequence[CollectiveFit], gemm: GemmFit | None, cluster: 
 
 def calibrate_from_bench(bench: dict[str, Any], gpu: GPU, cluster_name: str | None,
                          source: str) -> CalibrationResult:
-    fits = fit_collectives(bench)
+    fits, unfitted = fit_collectives(bench)
     if not fits:
-        raise PlacerError(f"{source}: no collective was measured (a single rank cannot run "
-                          "collectives; use at least 2 ranks, or --emulate)")
+        why = unfitted[0] if unfitted else ("no collective was measured (a single rank cannot "
+                                            "run collectives; use at least 2 ranks, or --emulate)")
+        raise PlacerError(f"{source}: {why}")
     gemm = fit_gemm(bench, gpu)
     profile = build_profile(fits, gemm, cluster_name, gpu.name)
-    return CalibrationResult(profile, tuple(fits), gemm, source)
+    return CalibrationResult(profile, tuple(fits), gemm, source, tuple(unfitted))
 
 
 def gemm_only(bench: dict[str, Any], gpu: GPU, cluster_name: str | None) -> CalibrationResult:
@@ -395,6 +406,7 @@ def report_lines(cal: CalibrationResult) -> list[str]:
             f"{_size_text(pt.size_bytes)}{f'/p{p}' if several else ''} {r:+.0%}"
             for p, pt, r in zip(f.point_group_sizes, f.points, f.fit.residuals, strict=True))
         lines.append(f"    residuals: {resid}")
+    lines += [f"not fitted: {why}" for why in cal.unfitted]
     if cal.gemm is not None:
         g = cal.gemm
         lines.append(

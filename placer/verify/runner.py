@@ -111,8 +111,11 @@ class EmulatedLauncher(Launcher):
     def run(self, script_argv: list[str], log_dir: Path, timeout_s: float,
             env: dict[str, str] | None = None) -> RunResult:
         start = time.monotonic()
-        procs = self.cluster.launch_torchrun(
-            script_argv, self.gpus_per_node, next(self._ports), dict(env or {}), log_dir)
+        try:
+            procs = self.cluster.launch_torchrun(
+                script_argv, self.gpus_per_node, next(self._ports), dict(env or {}), log_dir)
+        except EmulationError as exc:  # torn down by a signal while running
+            raise PlacerError(f"--emulate: {exc}") from None
         codes = self.cluster.wait(procs, timeout_s)
         hit = time.monotonic() - start >= timeout_s and any(c != 0 for c in codes)
         return _result(codes, hit, start, log_dir)

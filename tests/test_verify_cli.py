@@ -1,0 +1,79 @@
+"""placer calibrate / verify: flags, errors, fitting saved measurements, real-cluster recipe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from placer.spec.profile import LinkProfile
+from placer.verify.calibrate import coefficients, message_sizes
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "emulated-2x2"
+
+
+def placer(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "placer", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_user_errors_are_one_line() -> None:
+    _one_error_line(placer("verify", "no/such/plan.json"), "no such file")
+    _one_error_line(placer("verify", str(EXAMPLE / "plan.json"), "--save-profile", "p.yaml"),
+                    "--calibrate")
+    _one_error_line(placer("calibrate", "--inter-node-mbit", "400"), "--emulate")
+    _one_error_line(placer("calibrate", "--emulate", "2y2"), "NODESxGPUS")
+    _one_error_line(placer("verify", str(EXAMPLE / "plan.json"), "--scale", "0"), "--scale")
+    _one_error_line(placer("calibrate", "--emit-config", "x"), "--cluster")
+
+
+def _bench_file(path: Path) -> None:
+    """Measurements of a link with known latency and bandwidth, as the worker writes them."""
+    tests = []
+    for section, alpha, bandwidth in (("intra_node", 1e-4, 1e9), ("inter_node", 2e-4, 5e7)):
+        c1, c2 = coefficients("all_reduce", 2)
+        tests.append({"link_class": section, "collective": "all_reduce", "group_size": 2,
+                      "ranks": [0, 2], "points": [
+                          {"size_bytes": s, "times_s": [c1 * alpha + c2 * s / bandwidth] * 3}
+                          for s in message_sizes(16 << 20)]})
+    gemm = [{"n": n, "times_s": [2 * n**3 / 2e10] * 3} for n in (128, 256, 512)]
+    path.write_text(json.dumps({"format": "placer-bench/1", "world_size": 4, "backend": "gloo",
+                                "collectives": tests, "gemm": {"0": gemm}}))
+
+
+def test_calibrate_from_saved_measurements(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    _bench_file(bench)
+    out = tmp_path / "profile.yaml"
+    done = placer("calibrate", "--from", str(bench), "--cluster",
+                  str(EXAMPLE / "cluster.yaml"), "--json", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    profile = LinkProfile.model_validate(json.loads(done.stdout))
+    assert profile.inter_node is not None and profile.intra_node is not None
+    assert profile.inter_node.bandwidth_bytes_per_s == 5e7
+    assert profile.intra_node.latency_s == 1e-4
+    assert LinkProfile.model_validate(yaml.safe_load(out.read_text())) == profile
+    assert "residuals:" in done.stderr and f"wrote {out}" in done.stderr
+
+
+def test_calibrate_writes_the_recipe_for_a_real_cluster(tmp_path: Path) -> None:
+    done = placer("calibrate", "--emit-config", str(tmp_path), "--cluster", "dgx-h100")
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "bench_config.json").read_text())
+    assert config["tests"] and config["gemm_sizes"][-1] == 16384
+    assert max(config["tests"][0]["sizes_bytes"]) == 256 << 20
+    assert "torchrun --nnodes 1 --nproc-per-node 8" in done.stdout
+    assert "-m placer.verify.workers.bench" in done.stdout
+    assert "placer calibrate --from" in done.stdout
