@@ -43,7 +43,8 @@ DEFAULT_TIME_LIMIT_S = 10.0
 placement; the measured models finish far below it (bench/search_speed.py)."""
 
 EXTRA_PICKS = 3
-"""Picks beyond top K that get a placement search: a better placement can reorder them."""
+"""Picks beyond top K that also get a placement search, since a better placement can move one
+into the top K. The table is exact for the top K; the extras are the best rows it holds."""
 
 
 @dataclass(frozen=True)
@@ -185,21 +186,22 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
               time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> RecommendResult:
     """The best ``top_k`` distinct layouts with their placements, best first.
 
-    Raises InfeasibleError with the tightest reason when no layout can run.
+    ``time_limit_s`` is CP-SAT's budget in deterministic seconds (about seconds of one core),
+    half for the selection and half for placement, so the answer does not depend on machine
+    load. Raises InfeasibleError with the tightest reason when no layout can run.
     """
     started = time.perf_counter()
     space = search_space(model, cluster, job)
     topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
-    keep = top_k + EXTRA_PICKS
-    rows, table = build_table(model, cluster, job, degrees, keep=keep, profile=profile)
+    rows, table = build_table(model, cluster, job, degrees, keep=top_k, profile=profile)
     if not rows:
         reason = memory_reason(model, cluster, job, table)
         if space.note:
             reason = f"{space.note}; and with fewer GPUs {reason}"
         raise InfeasibleError(reason)
     max_tp = None if job.allow_tp_outside_nvlink else max(capacity)
-    selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=keep, max_tp=max_tp,
-                           time_limit_s=time_limit_s / 2)
+    selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=top_k + EXTRA_PICKS,
+                           max_tp=max_tp, time_limit_s=time_limit_s / 2)
     placed: list[_Placed] = []
     for index in selection.picks:
         found = _best_placement(model, cluster, job, rows[index], topology, profile,

@@ -191,54 +191,60 @@ def _tuple(search: _Search, degrees: Degrees, options: KnobOptions,
 
 
 def _expand(search: _Search, pair: _Node) -> None:
-    """Cost the pair's knob settings in order of their own bound while it is within reach."""
+    """Cost the pair's knob settings in order of their own bound while it is within reach.
+
+    The exact estimate at one virtual stage and no recompute of each (SP, ZeRO) is itself
+    computed lazily, under the pair's bound for that SP setting, so a threshold that drops while
+    the pair is expanded also saves those estimates.
+    """
     options, degrees, mbs = pair.options, pair.degrees, pair.mbs[0]
     vpps = options.vpp_by_mbs[options.mbs.index(mbs)]
+    vpp_max = max(vpps)
     base: dict[tuple[bool, int], Estimate] = {(sp, 0): e for sp, e in pair.probe}
-    combos = []
-    for sp in options.sp:
-        for zero in options.zero:
-            if (sp, zero) not in base:
-                base[(sp, zero)] = search.estimate(degrees.layout(mbs=mbs, zero=zero, sp=sp))
-            est = base[(sp, zero)]
-            search.check(pair.bound_s, est.step_time_s)
-            b = est.breakdown
-            for vpp in vpps:
-                bound = est.step_time_s - b.pp_p2p_s - b.pp_bubble_s * (1 - 1 / vpp)
-                combos.append((bound, vpp, sp, zero))
-    combos.sort()
-    one_stage: dict[tuple[bool, int, str], MemoryBreakdown] = {
-        (sp, zero, "none"): e.memory for (sp, zero), e in base.items()}
+    probe = dict(pair.probe)
+    heap: list[tuple[float, int, int, bool, int]] = [
+        (_work(probe[sp]) + probe[sp].breakdown.pp_bubble_s / vpp_max, 0, 0, sp, zero)
+        for sp in options.sp for zero in options.zero]
+    heapq.heapify(heap)
+    one_stage: dict[tuple[bool, int, str], MemoryBreakdown] = {}
 
-    def memory_at(vpp: int, sp: bool, zero: int, recompute: str) -> MemoryBreakdown | None:
-        """Memory if it fits, else None. Interleaving holds at least as many micro-batches
-        in flight as one virtual stage (Megatron: p + (p-1)/v against p), so a setting that
-        does not fit with one virtual stage is not checked again with more."""
+    def fits_one_stage(sp: bool, zero: int, recompute: str) -> bool:
+        """Whether the setting fits with one virtual stage. Interleaving holds at least as many
+        micro-batches in flight (Megatron: p + (p-1)/v against p), so a setting that does not
+        fit with one virtual stage is not costed with more."""
         key = (sp, zero, recompute)
         if key not in one_stage:
             one_stage[key] = search.memory(degrees.layout(mbs=mbs, zero=zero,
                                                           recompute=recompute, sp=sp))
-        memory = one_stage[key]
-        if vpp > 1 and _fits(memory):
-            memory = search.memory(degrees.layout(vpp=vpp, mbs=mbs, zero=zero,
-                                                  recompute=recompute, sp=sp))
-        return memory if _fits(memory) else None
+        return _fits(one_stage[key])
 
-    for bound, vpp, sp, zero in combos:
+    while heap:
+        bound, needs_base, vpp, sp, zero = heapq.heappop(heap)
         if not search.within(bound):
             break
+        if needs_base == 0:
+            if (sp, zero) not in base:
+                base[(sp, zero)] = search.estimate(degrees.layout(mbs=mbs, zero=zero, sp=sp))
+            est = base[(sp, zero)]
+            search.check(bound, est.step_time_s)
+            one_stage.setdefault((sp, zero, "none"), est.memory)
+            b = est.breakdown
+            for v in vpps:
+                refined = est.step_time_s - b.pp_p2p_s - b.pp_bubble_s * (1 - 1 / v)
+                heapq.heappush(heap, (refined, 1, v, sp, zero))
+            continue
         for recompute in options.recompute:
             layout = degrees.layout(vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
             if layout_problem(layout, search.model, search.job, degrees.num_gpus):
                 continue
-            memory = memory_at(vpp, sp, zero, recompute)
-            if memory is None:
+            if not fits_one_stage(sp, zero, recompute):
                 continue
-            if vpp == 1 and recompute == "none":
-                est = base[(sp, zero)]
-                search.stats.saw(layout, memory)
-            else:
-                est = search.estimate(layout)
+            reuse = vpp == 1 and recompute == "none"
+            est = base[(sp, zero)] if reuse else search.estimate(layout)
+            memory = est.memory
+            search.stats.saw(layout, memory)
+            if not _fits(memory):
+                continue
             search.check(bound, est.step_time_s)
             search.check(pair.bound_s, est.step_time_s)
             search.add(Row(layout, est.step_time_s, memory.total_bytes, memory.capacity_bytes,
@@ -257,15 +263,18 @@ def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degree
         stats.layouts += options.count()
         if not options.zero or not options.recompute or not options.sp:
             continue
-        fitting: list[int] = []
-        for mbs in options.mbs:
-            if not options.vpp_by_mbs[options.mbs.index(mbs)]:
-                continue
-            if not _least_memory_fits(search, degrees, mbs):
-                break  # a larger micro-batch needs more memory still
-            fitting.append(mbs)
-        if fitting:
-            heap.append(_tuple(search, degrees, options, tuple(fitting)))
+        usable = [m for m, v in zip(options.mbs, options.vpp_by_mbs, strict=True) if v]
+        # Memory only grows with the micro-batch: the ones that can fit are a prefix; find its
+        # end by bisection.
+        low, high = 0, len(usable)
+        while low < high:
+            middle = (low + high) // 2
+            if _least_memory_fits(search, degrees, usable[middle]):
+                low = middle + 1
+            else:
+                high = middle
+        if low:
+            heap.append(_tuple(search, degrees, options, tuple(usable[:low])))
     heapq.heapify(heap)
     while heap:
         node = heapq.heappop(heap)
