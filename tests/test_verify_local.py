@@ -118,3 +118,45 @@ def test_failures_are_reported_and_the_others_still_run(calibration: Calibration
     launch = tmp_path / "work" / "candidate0" / "launch"
     assert (launch / "rankmap.json").is_file() and (launch / "placer_mesh.py").is_file()
     assert os.access(launch / "launch.sh", os.X_OK)
+
+
+def test_replays_emitted_for_a_real_cluster_are_compared_from_their_folder(
+        calibration: CalibrationResult, tmp_path: Path) -> None:
+    """--emit-config writes the replays, the user's launcher runs them, --from compares."""
+    import subprocess
+    import sys
+
+    from placer.report.plan import plan_json
+    from placer.verify.calibrate import profile_yaml
+
+    model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
+                  ffn_hidden_size=256, gated_mlp=False, vocab_size=512, tied_embeddings=True)
+    plan = plan_for_layouts(model, CLUSTER, Job(seq_len=128, global_batch_size=16),
+                            [("tp=2,mbs=8", "tp", "TP"), ("dp=2,mbs=8", "dp", "DP")],
+                            calibration.profile)
+    (tmp_path / "plan.json").write_text(plan_json(plan))
+    (tmp_path / "profile.yaml").write_text(profile_yaml(calibration.profile))
+    emitted = tmp_path / "emitted"
+
+    def placer(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "placer", "verify", str(tmp_path / "plan.json"),
+                "--profile", str(tmp_path / "profile.yaml"), "--scale", "0.2", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+    done = placer("--emit-config", str(emitted))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("-m placer.verify.workers.replay") == 2
+    # Run what was printed for candidate 0, a local torchrun standing in for the user's launcher;
+    # candidate 1 is never run, so its folder has no results.
+    config, out = emitted / "candidate0" / "replay.json", emitted / "candidate0" / "out"
+    run = LocalLauncher(2).run(["-m", "placer.verify.workers.replay", str(config), str(out)],
+                               tmp_path / "logs", 90)
+    assert run.ok, run.log_tail
+    done = placer("--from", str(emitted), "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [c["status"] for c in doc["candidates"]] == ["ok", "failed"]
+    assert doc["candidates"][0]["measured_step_s"] > 0
+    assert "0 of 2 ranks wrote results" in doc["candidates"][1]["error"]
+    done = placer("--from", str(emitted), "--scale", "0.5")
+    assert done.returncode == 2 and "another plan, profile or --scale" in done.stderr

@@ -25,9 +25,11 @@ from placer.spec.cluster import Cluster
 from placer.spec.profile import LinkProfile
 
 if TYPE_CHECKING:
+    from placer.spec import Plan
     from placer.verify.calibrate import CalibrationResult
+    from placer.verify.feedback import Feedback
     from placer.verify.runner import Launcher
-    from placer.verify.session import CandidateResult
+    from placer.verify.session import CandidateResult, VerifyOptions
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -249,27 +251,45 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON on stdout")
 @click.option("--work-dir", type=click.Path(path_type=Path), metavar="DIR",
               help="keep launch files, replay programs, measurements and logs here")
+@click.option("--emit-config", type=click.Path(path_type=Path), metavar="DIR",
+              help="write each candidate's launch files and replay program to DIR (on a file "
+                   "system every node sees) and print the commands for a real cluster")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="compare the replays a real cluster ran from --emit-config DIR")
 def verify_command(plan_path: Path, top_k: int, emulate: str | None,
                    inter_node_mbit: float | None, nproc: int | None, profile_path: Path | None,
                    scale: float, steps: int, warmup_steps: int, timeout_s: float, refit: bool,
                    save_profile: Path | None, out_path: Path | None, as_json: bool,
-                   work_dir: Path | None) -> None:
+                   work_dir: Path | None, emit_config: Path | None, from_dir: Path | None
+                   ) -> None:
     """Run the plan's top candidates for real and compare measured with predicted step times.
 
     Example: placer verify examples/emulated-2x2/plan.json --emulate 2x2 --inter-node-mbit 400
     """
     from placer.cli.launch_command import load_plan
     from placer.spec.profile import load_link_profile
-    from placer.verify.output import candidate_line, render, results_document
+    from placer.verify.output import candidate_line, results_document
     from placer.verify.session import VerifyOptions, verify_plan
 
     if save_profile is not None and not refit:
         raise InputError("--save-profile", str(save_profile), "it writes the --calibrate refit; "
                          "add --calibrate")
     plan = load_plan(plan_path)
+    folder = emit_config or from_dir
+    if profile_path is None and folder is not None and (folder / "profile.yaml").is_file():
+        profile_path = folder / "profile.yaml"
     profile = load_link_profile(profile_path) if profile_path is not None else None
     options = VerifyOptions(top_k=top_k, scale=scale, steps=steps, warmup_steps=warmup_steps,
                             candidate_timeout_s=timeout_s, refit=refit)
+    if emit_config is not None:
+        _emit_replays(plan_path, plan, profile, options, emit_config)
+        return
+    if from_dir is not None:
+        results, summary, fb = verify_plan(plan, None, profile, options, from_dir)
+        doc = results_document(str(plan_path), f"results in {from_dir}", options,
+                               str(profile_path or "cost model presets"), results, summary, fb)
+        _finish(doc, results, fb, out_path, save_profile, as_json)
+        return
     cuda = _cuda_devices() > 0
     with _work_dir(work_dir, "placer-verify-") as (where, keep), \
             _launcher(emulate, inter_node_mbit, nproc, plan.candidates[0].layout.num_gpus
@@ -296,6 +316,13 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
         if any(r.status != "ok" for r in results):
             keep[0] = True
             _say(f"logs of the failed candidates are in {where}", as_json)
+    _finish(doc, results, fb, out_path, save_profile, as_json)
+
+
+def _finish(doc: dict[str, object], results: list[CandidateResult], fb: Feedback | None,
+            out_path: Path | None, save_profile: Path | None, as_json: bool) -> None:
+    from placer.verify.output import render
+
     if out_path is not None:
         _write_json(out_path, doc)
     if save_profile is not None and fb is not None:
@@ -308,6 +335,26 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
             click.echo(line)
     if not any(r.status == "ok" for r in results):
         sys.exit(1)
+
+
+def _emit_replays(plan_path: Path, plan: Plan, profile: LinkProfile | None,
+                  options: VerifyOptions, out_dir: Path) -> None:
+    """Write each candidate's replay for a real cluster and print how to run and compare it."""
+    from placer.verify.runner import torchrun_hint
+    from placer.verify.session import emit
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if profile is not None and not (out_dir / "profile.yaml").is_file():
+        _write_profile(out_dir / "profile.yaml", profile)
+    for placement, config, results in emit(plan, profile, options, out_dir):
+        nodes = placement.nodes
+        argv = ["-m", "placer.verify.workers.replay", str(config.absolute()),
+                str(results.absolute())]
+        click.echo(f"candidate {placement.candidate_index} ({placement.layout.compact()}): on "
+                   f"each node, after `source {config.parent / 'launch' / 'env.sh'}`:")
+        click.echo("  " + torchrun_hint(len(nodes), nodes[0].num_ranks, argv))
+    flags = f" --scale {options.scale:g}" if options.scale != 1.0 else ""
+    click.echo(f"then: placer verify {plan_path} --from {out_dir}{flags} [--calibrate]")
 
 
 def _short_fits(cal: CalibrationResult) -> list[str]:

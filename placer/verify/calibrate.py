@@ -135,7 +135,7 @@ def run_bench(launcher: Launcher, sweep: Sweep, work_dir: Path, timeout_s: float
     """Run the sweep under ``launcher``; the measurements as the worker wrote them."""
     work_dir.mkdir(parents=True, exist_ok=True)
     config = bench_config(sweep, launcher.num_nodes, launcher.gpus_per_node,
-                          timeout_s=max(60.0, timeout_s))
+                          backend=launcher.backend, timeout_s=max(60.0, timeout_s))
     config_path = work_dir / "bench_config.json"
     config_path.write_text(json.dumps(config, indent=1, sort_keys=True))
     out = work_dir / "bench.json"

@@ -67,6 +67,7 @@ class Launcher(ABC):
     num_nodes: int
     gpus_per_node: int
     description: str
+    backend: str = "auto"  # what the workers use: "auto" is NCCL on CUDA, else gloo
 
     @property
     def world_size(self) -> int:
@@ -90,6 +91,8 @@ class Launcher(ABC):
 
 class EmulatedLauncher(Launcher):
     """One torchrun per network namespace of an :class:`EmulatedCluster` (gloo on CPU)."""
+
+    backend = "gloo"  # the shaped links carry TCP; NCCL on a GPU box would bypass them
 
     def __init__(self, num_nodes: int, gpus_per_node: int, inter_node_mbit: float | None,
                  base_port: int = 29600, burst_bytes: int | None = None) -> None:

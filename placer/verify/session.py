@@ -137,6 +137,22 @@ def check_shape(placement: Placement, launcher: Launcher) -> str | None:
     return None
 
 
+def top_indices(plan: Plan, options: VerifyOptions) -> list[int]:
+    if not plan.candidates:
+        raise PlacerError("the plan has no candidates; run recommend-layout again")
+    return list(range(min(options.top_k, len(plan.candidates))))
+
+
+def emit(plan: Plan, profile: LinkProfile | None, options: VerifyOptions, out_dir: Path
+         ) -> list[tuple[Placement, Path, Path]]:
+    """Write every top candidate's launch files and replay program for a real cluster."""
+    out = []
+    for prep in prepare(plan, top_indices(plan, options), profile, options.scale):
+        config_path, results = write_candidate(prep, plan, options, out_dir, "auto")
+        out.append((prep.placement, config_path, results))
+    return out
+
+
 def prepare(plan: Plan, indices: Sequence[int], profile: LinkProfile | None, scale: float
             ) -> list[Prepared]:
     """Resolve each candidate and build its replay; one GEMM size for all (comparable)."""
@@ -160,8 +176,9 @@ def prepare(plan: Plan, indices: Sequence[int], profile: LinkProfile | None, sca
 # ------------------------------------------------------------------ running
 
 
-def replay_config(prep: Prepared, job_dir: Path, options: VerifyOptions) -> dict[str, Any]:
-    return {**prep.program.document(), "job_dir": str(job_dir), "backend": "auto",
+def replay_config(prep: Prepared, job_dir: Path, options: VerifyOptions, backend: str
+                  ) -> dict[str, Any]:
+    return {**prep.program.document(), "job_dir": str(job_dir), "backend": backend,
             "timeout_s": max(60.0, options.candidate_timeout_s),
             "warmup_steps": options.warmup_steps, "steps": options.steps}
 
@@ -177,13 +194,9 @@ def _base_result(prep: Prepared, plan: Plan) -> CandidateResult:
         gemm_call_predicted_s=prep.program.gemm_call_s)
 
 
-def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: VerifyOptions,
-                  work_dir: Path) -> CandidateResult:
-    result = _base_result(prep, plan)
-    why = check_shape(prep.placement, launcher)
-    if why is not None:
-        result.error = why
-        return result
+def write_candidate(prep: Prepared, plan: Plan, options: VerifyOptions, work_dir: Path,
+                    backend: str) -> tuple[Path, Path]:
+    """Launch files, replay program and an empty results folder; (config path, out dir)."""
     cand_dir = work_dir / f"candidate{prep.index}"
     job_dir, out_dir = cand_dir / "launch", cand_dir / "out"
     write_launch_files(plan, prep.index, job_dir, force=True)
@@ -191,9 +204,20 @@ def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: Verif
     for stale in out_dir.glob("rank*.json"):
         stale.unlink()
     config_path = cand_dir / "replay.json"
-    config_path.write_text(json.dumps(replay_config(prep, job_dir, options)))
-    run = launcher.run([str(WORKER), str(config_path), str(out_dir)], cand_dir / "logs",
-                       options.candidate_timeout_s)
+    config_path.write_text(json.dumps(replay_config(prep, job_dir.absolute(), options, backend)))
+    return config_path, out_dir
+
+
+def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: VerifyOptions,
+                  work_dir: Path) -> CandidateResult:
+    result = _base_result(prep, plan)
+    why = check_shape(prep.placement, launcher)
+    if why is not None:
+        result.error = why
+        return result
+    config_path, out_dir = write_candidate(prep, plan, options, work_dir, launcher.backend)
+    run = launcher.run([str(WORKER), str(config_path), str(out_dir)],
+                       config_path.parent / "logs", options.candidate_timeout_s)
     result.wall_s = run.wall_s
     if not run.ok:
         result.status = "timeout" if run.status == "timeout" else "failed"
@@ -201,10 +225,30 @@ def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: Verif
         last = run.log_tail.splitlines()[-1] if run.log_tail else ""
         result.error = f"{run.status}{limit}, exit codes {list(run.exit_codes)}: {last}"
         return result
+    return collect(prep, plan, out_dir, result)
+
+
+def _check_emitted(prep: Prepared, config_path: Path) -> None:
+    """The program that ran must be the one predicted (same profile, scale and plan)."""
+    try:
+        ran = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PlacerError(f"--from: cannot read {config_path} ({exc})") from None
+    expected = prep.program.document()
+    if any(ran.get(key) != json.loads(json.dumps(value)) for key, value in expected.items()):
+        raise PlacerError(f"--from: {config_path} was written for another plan, profile or "
+                          "--scale; pass the --profile and --scale used with --emit-config")
+
+
+def collect(prep: Prepared, plan: Plan, out_dir: Path,
+            result: CandidateResult | None = None) -> CandidateResult:
+    """Read the replay's per-rank results (written by a run here or on a real cluster)."""
+    result = result or _base_result(prep, plan)
     records = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
     if len(records) != prep.placement.world_size:
         result.status = "failed"
-        result.error = f"{len(records)} of {prep.placement.world_size} ranks wrote results"
+        result.error = (f"{len(records)} of {prep.placement.world_size} ranks wrote results "
+                        f"in {out_dir}")
         return result
     steps = records[0]["step_max_s"]
     result.status = "ok"
@@ -338,18 +382,23 @@ def feedback(plan: Plan, profile: LinkProfile, preps: Sequence[Prepared],
     return fb, summary
 
 
-def verify_plan(plan: Plan, launcher: Launcher, profile: LinkProfile | None,
+def verify_plan(plan: Plan, launcher: Launcher | None, profile: LinkProfile | None,
                 options: VerifyOptions, work_dir: Path,
                 on_result: Callable[[CandidateResult, list[CandidateResult]], None] | None = None
                 ) -> tuple[list[CandidateResult], dict[str, Any], Feedback | None]:
-    """Run the top ``options.top_k`` candidates; results reach ``on_result`` as they arrive."""
-    if not plan.candidates:
-        raise PlacerError("the plan has no candidates; run recommend-layout again")
-    indices = list(range(min(options.top_k, len(plan.candidates))))
-    preps = prepare(plan, indices, profile, options.scale)
+    """Run the top ``options.top_k`` candidates; results reach ``on_result`` as they arrive.
+
+    Without a launcher, the replays already ran elsewhere (``verify --emit-config`` on a real
+    cluster) and their results are read from ``work_dir``.
+    """
+    preps = prepare(plan, top_indices(plan, options), profile, options.scale)
     results: list[CandidateResult] = []
     for prep in preps:
-        result = run_candidate(launcher, prep, plan, options, work_dir)
+        if launcher is None:
+            _check_emitted(prep, work_dir / f"candidate{prep.index}" / "replay.json")
+            result = collect(prep, plan, work_dir / f"candidate{prep.index}" / "out")
+        else:
+            result = run_candidate(launcher, prep, plan, options, work_dir)
         results.append(result)
         if on_result is not None:
             on_result(result, results)
