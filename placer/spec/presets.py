@@ -24,6 +24,9 @@ from placer.spec.model import Model
 
 M = TypeVar("M", bound=BaseModel)
 MAX_INPUT_BYTES = 64 * 1024 * 1024
+MAX_INPUT_VALUES = MAX_INPUT_BYTES
+"""Values a document may expand to: each takes a byte or more of the file, unless YAML aliases
+repeat it."""
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -127,7 +130,9 @@ def read_document(path: Path) -> Any:
         raise PlacerError(f"{where}: invalid YAML: {problem}") from None
     except ValueError as exc:
         raise PlacerError(f"{path}: {exc}") from None
-    _reject_non_finite(data, str(path))
+    except RecursionError:
+        raise PlacerError(f"{path}: nested too deeply to be a placer input") from None
+    _check_values(data, str(path))
     return data
 
 
@@ -135,15 +140,37 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not allowed; use a finite number")
 
 
-def _reject_non_finite(data: Any, where: str) -> None:
-    if isinstance(data, float) and not math.isfinite(data):
-        raise PlacerError(f"{where}: {data} is not allowed; use a finite number")
-    if isinstance(data, dict):
-        for key, value in data.items():
-            _reject_non_finite(value, f"{where}: {key}")
-    elif isinstance(data, list):
-        for value in data:
-            _reject_non_finite(value, where)
+def _check_values(data: Any, where: str) -> None:
+    """Reject NaN and infinities, and YAML aliases that expand past ``MAX_INPUT_VALUES`` values
+    ("billion laughs": ten aliases of ten aliases... is 10**10 values from a few hundred bytes).
+
+    Each list or mapping is visited once however often aliases repeat it, so this is linear in
+    the file, not in its expansion.
+    """
+    expanded: dict[int, int] = {}
+
+    def visit(node: Any, where: str) -> int:
+        if isinstance(node, float) and not math.isfinite(node):
+            raise PlacerError(f"{where}: {node} is not allowed; use a finite number")
+        if not isinstance(node, dict | list):
+            return 1
+        if id(node) in expanded:
+            return expanded[id(node)]
+        items = ([(f"{where}: {key}", value) for key, value in node.items()]
+                 if isinstance(node, dict) else [(where, value) for value in node])
+        total = 1
+        for child_where, child in items:
+            total += visit(child, child_where)
+            if total > MAX_INPUT_VALUES:
+                raise PlacerError(f"{where}: expands to more than {MAX_INPUT_VALUES:,} values "
+                                  "(YAML aliases repeating aliases?); write the values out")
+        expanded[id(node)] = total
+        return total
+
+    try:
+        visit(data, where)
+    except RecursionError:
+        raise PlacerError(f"{where}: nested too deeply to be a placer input") from None
 
 
 def _looks_like_path(ref: str) -> bool:
