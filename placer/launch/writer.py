@@ -2,8 +2,9 @@
 
 Everything is first written to a temporary directory next to the output directory (same file
 system), then renamed into place: a new output directory appears in one rename; into an existing
-one each file is moved with an atomic ``os.replace``. Existing files are replaced only with
-``force``; otherwise the call fails before anything is written.
+one each file is moved with an atomic ``os.replace`` (``move_into_place``), and a failure part-way
+puts back every file already replaced. Existing files are replaced only with ``force``; otherwise
+the call fails before anything is written.
 """
 
 from __future__ import annotations
@@ -66,8 +67,7 @@ def write_files(out_dir: Path, files: list[OutputFile], force: bool = False) -> 
         for f in files:
             _write_synced(staging / f.name, f.text, f.mode)
         if out_dir.exists():
-            for f, target in zip(files, targets, strict=True):
-                os.replace(staging / f.name, target)
+            move_into_place([(staging / f.name, t) for f, t in zip(files, targets, strict=True)])
         else:
             os.chmod(staging, 0o755)  # mkdtemp makes it 0700
             os.rename(staging, out_dir)
@@ -79,6 +79,53 @@ def write_files(out_dir: Path, files: list[OutputFile], force: bool = False) -> 
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return targets
+
+
+def move_into_place(moves: list[tuple[Path, Path]]) -> None:
+    """Move staged files onto their targets, all or nothing.
+
+    Each source must sit on its target's file system (a staging folder next to the output), so
+    every move is an atomic ``os.replace`` and no target is ever half-written. Before a file is
+    replaced it is hard-linked (or, where links are not supported, copied) next to its source;
+    if a later move fails, the files already moved are put back, new ones and the folders made
+    for them removed, and the error is raised.
+    """
+    done: list[tuple[Path, Path | None]] = []
+    made: list[Path] = []
+    try:
+        for index, (source, target) in enumerate(moves):
+            backup = None
+            if target.exists() or target.is_symlink():
+                backup = source.with_name(f".placer-backup-{index}")
+                _keep(target, backup)
+            _make_parents(target, made)
+            os.replace(source, target)
+            done.append((target, backup))
+    except OSError:
+        for target, backup in reversed(done):
+            with contextlib.suppress(OSError):
+                if backup is None:
+                    target.unlink()
+                else:
+                    os.replace(backup, target)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _keep(target: Path, backup: Path) -> None:
+    try:
+        os.link(target, backup, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(target, backup, follow_symlinks=False)
+
+
+def _make_parents(target: Path, made: list[Path]) -> None:
+    missing = [p for p in target.parents if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir()
+        made.append(folder)
 
 
 def _write_synced(path: Path, text: str, mode: int) -> None:
