@@ -1,9 +1,10 @@
 """Writing output folders all or nothing.
 
-Each folder's files are first written into a private temporary folder; only when every folder
-has been produced without error, and no file would be overwritten unasked, are the files moved
-into place. An error therefore leaves no half-written output (not even an empty folder), and a
-file already there is replaced only with ``force``.
+Each folder's files are first written into a private temporary folder on the same file system;
+only when every folder has been produced without error, and no file would be overwritten unasked,
+are the files moved into place, each in one atomic rename, and a failure part-way puts back what
+was there (``placer.launch.writer.move_into_place``). An error therefore leaves no half-written
+output (not even an empty folder), and a file already there is replaced only with ``force``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from placer.errors import PlacerError
+from placer.launch.writer import move_into_place
 
 Producer = Callable[[Path], list[Path]]
 
 
 @contextmanager
 def _staging(out_dir: Path) -> Iterator[Path]:
-    stage = Path(tempfile.mkdtemp(prefix=f"placer-{out_dir.name}-"))
+    """A hidden folder in ``out_dir``, or in the nearest existing folder above it: the same file
+    system, so the files can be renamed into place."""
+    folder = out_dir.absolute()
+    anchor = next(p for p in (folder, *folder.parents) if p.is_dir())
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".placer-{out_dir.name}-", dir=anchor))
+    except OSError as exc:
+        raise PlacerError(f"cannot write in {anchor}: {exc.strerror or exc}") from None
     try:
         yield stage
     finally:
@@ -51,18 +60,14 @@ def write_folders(jobs: list[tuple[Path, Producer]], *, force: bool = False) -> 
                 if target.exists() and not force:
                     raise PlacerError(f"{out_dir / rel}: already exists; pass --force to "
                                       f"overwrite it")
-        final: list[Path] = []
+        moves = [(stage / rel, out_dir / rel) for out_dir, stage, written in staged
+                 for rel in written]
         try:
-            for out_dir, stage, written in staged:
-                for rel in written:
-                    target = out_dir / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(stage / rel, target)
-                    final.append(target)
+            move_into_place(moves)
         except OSError as exc:
             raise PlacerError(f"cannot write {exc.filename or 'output'}: "
                               f"{exc.strerror or exc}") from None
-        return final
+        return [target for _, target in moves]
 
 
 @contextmanager
