@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from placer.spec.base import Spec
+from placer.spec.text import decimal
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
@@ -81,9 +82,10 @@ def _constraint_value(key: str, raw: str) -> int | str:
         if raw not in ("on", "off"):
             raise ValueError(f"sp must be on or off, not {raw!r}")
         return raw
-    if not raw.isdigit():
+    value = decimal(raw)
+    if value is None:
         raise ValueError(f"{key} takes a non-negative integer, not {raw!r}")
-    return int(raw)
+    return value
 
 
 def _constraints_or_strings(schema: dict[str, Any]) -> None:

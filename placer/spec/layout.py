@@ -15,6 +15,7 @@ from placer.errors import InputError, from_validation_error
 from placer.spec.base import Spec
 from placer.spec.job import Job
 from placer.spec.model import Model
+from placer.spec.text import decimal
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -111,9 +112,10 @@ def _parse_value(field: str, raw: str, part: str) -> object:
         if raw in _FALSE:
             return False
         raise InputError("--layout", part, "sp is on or off")
-    if not raw.isdigit() or (int(raw) == 0 and field != "zero_stage"):
+    value = decimal(raw)
+    if value is None or (value == 0 and field != "zero_stage"):
         raise InputError("--layout", part, f"{field} takes a positive integer")
-    return int(raw)
+    return value
 
 
 def layout_problem(layout: Layout, model: Model, job: Job, num_gpus: int) -> tuple[str, object,
