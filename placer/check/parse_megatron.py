@@ -18,6 +18,7 @@ from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.model import Model
 from placer.spec.presets import validated
+from placer.spec.text import decimal
 
 # Megatron's training entry point passes this order, or the second one with
 # --use-tp-pp-dp-mapping (conventions.md 6.1).
@@ -172,9 +173,10 @@ def _int(value: _Value, flag: str, path: Path) -> int | None:
         text = text.split(":")[-1]
     if flag == "nproc-per-node" and text in ("gpu", "auto", "cuda"):
         return None
-    if not text.isdigit() or int(text) < 1:
+    number = decimal(text)
+    if number is None or number < 1:
         raise PlacerError(f"{path}:{value.line}: --{flag} {value.raw!r} is not a positive integer")
-    return int(text)
+    return number
 
 
 def _var_int(token: Token | None, names: tuple[str, ...]) -> int | None:
@@ -182,8 +184,9 @@ def _var_int(token: Token | None, names: tuple[str, ...]) -> int | None:
     variables = dict(token.variables) if token else {}
     for name in names:
         value = variables.get(name)
-        if value is not None and value.strip().isdigit() and int(value) > 0:
-            return int(value)
+        number = decimal(value.strip()) if value is not None else None
+        if number:
+            return number
     return None
 
 

@@ -34,8 +34,10 @@ def _load_toml(path: Path, text: str) -> dict[str, Any]:
         raise PlacerError(f"{path}: reading TOML needs Python 3.11 or newer (tomllib)") from None
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PlacerError(f"{path}: invalid TOML: {exc}") from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
+        raise PlacerError(f"{path}: invalid TOML: {str(exc).split(';')[0]}") from None
+    except RecursionError:
+        raise PlacerError(f"{path}: invalid TOML: nested too deeply") from None
 
 
 def key_lines(text: str) -> dict[str, int]:
