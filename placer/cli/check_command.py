@@ -7,6 +7,7 @@ import click
 from placer.check import FORMATS, RULES, CheckOptions, check_paths, render
 from placer.errors import InputError
 from placer.spec.presets import load_cluster, load_model
+from placer.spec.text import decimal
 
 _EPILOG = """\b
 CONFIG: Megatron-LM launch script or argument list (any other extension), torchtitan
@@ -45,12 +46,13 @@ def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: 
         return 0
     if not configs:
         raise click.UsageError("give at least one CONFIG")
-    if candidate != "all" and not candidate.isdigit():
+    index = decimal(candidate)
+    if candidate != "all" and index is None:
         raise InputError("--candidate", candidate, "use a candidate index (0 = best) or all")
     options = CheckOptions(
         cluster=load_cluster(cluster_ref) if cluster_ref else None,
         model=load_model(model_ref) if model_ref else None,
-        nodes=nodes, seq_len=seq_len, candidate=None if candidate == "all" else int(candidate))
+        nodes=nodes, seq_len=seq_len, candidate=index)
     report = check_paths(configs, options, fail_on)
     if fmt == "text":
         for problem in report.problems:
