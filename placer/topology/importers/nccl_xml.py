@@ -13,6 +13,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from placer.errors import PlacerError, short_repr
+from placer.spec.text import decimal
 from placer.topology.importers.gpu_links import PCIE_X16_BYTES_PER_S_BY_GTS
 from placer.topology.importers.host import HostNic, HostTopology
 
@@ -157,7 +158,7 @@ def _nics(tree: _Tree, gpu_pcis: list[ET.Element], source: str) -> tuple[HostNic
 def _numa(tree: _Tree, element: ET.Element) -> int | None:
     cpu = tree.cpu_of(element)
     value = cpu.get("numaid", "") if cpu is not None else ""
-    return int(value) if value.isdigit() else None
+    return decimal(value)
 
 
 def _sm(gpus: list[tuple[ET.Element, ET.Element]], source: str) -> int | None:
@@ -166,9 +167,10 @@ def _sm(gpus: list[tuple[ET.Element, ET.Element]], source: str) -> int | None:
         raise PlacerError(f"{source}: GPUs of different kinds (sm {', '.join(values)}) in one node")
     if not values:
         return None
-    if not values[0].isdigit():
+    sm = decimal(values[0])
+    if sm is None:
         raise PlacerError(f"{source}: <gpu sm={short_repr(values[0])}> is not a number")
-    return int(values[0])
+    return sm
 
 
 def _pcie_bytes_per_s(gpu_pcis: list[ET.Element], notes: list[str]) -> float | None:
@@ -181,7 +183,7 @@ def _pcie_bytes_per_s(gpu_pcis: list[ET.Element], notes: list[str]) -> float | N
         except (ValueError, KeyError):
             return None
         width = pci.get("link_width", "")
-        lanes = int(width) if width.isdigit() and int(width) > 0 else 16
+        lanes = decimal(width) or 16
         rates.append(per_x16 * min(lanes, 16) / 16)
     if any(pci.get("link_width", "0") in ("", "0") for pci in gpu_pcis):
         notes.append("GPU PCIe link width not reported (0, as in VMs): x16 assumed")
@@ -198,8 +200,9 @@ def _busid(text: str) -> str:
 
 def _int_attr(element: ET.Element, name: str, source: str) -> int:
     value = element.get(name, "")
-    if not value.isdigit():
+    number = decimal(value)
+    if number is None:
         raise PlacerError(
             f"{source}: <{element.tag} {name}={short_repr(value)}> is not a non-negative integer"
         )
-    return int(value)
+    return number

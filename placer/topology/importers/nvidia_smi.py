@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from placer.errors import PlacerError, short_repr
+from placer.spec.text import decimal
 from placer.topology.importers.host import PCIE_RELATIONS, HostNic, HostTopology
 
 FORMAT = "nvidia-smi topo -m"
@@ -165,8 +166,7 @@ def _pcie(cell: str) -> str | None:
 def _numa(affinity_cells: list[str], column: int | None) -> int | None:
     if column is None or column >= len(affinity_cells):
         return None
-    value = affinity_cells[column]
-    return int(value) if value.isdigit() else None
+    return decimal(affinity_cells[column])
 
 
 def _nic_legend(lines: list[str]) -> dict[str, str]:
