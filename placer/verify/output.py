@@ -21,9 +21,25 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.0%}"
 
 
+def short_layout(layout: dict[str, Any]) -> str:
+    """tp, pp, dp and mbs always; the other knobs only where they differ from the default."""
+    parts = [f"tp={layout['tp']}", f"pp={layout['pp']}", f"dp={layout['dp']}"]
+    for key, default in (("cp", 1), ("ep", 1), ("etp", 1), ("vpp", 1)):
+        if layout[key] != default:
+            parts.append(f"{key}={layout[key]}")
+    parts.append(f"mbs={layout['micro_batch_size']}")
+    if layout["zero_stage"]:
+        parts.append(f"zero={layout['zero_stage']}")
+    if layout["recompute"] != "none":
+        parts.append(f"recompute={layout['recompute']}")
+    if layout["sequence_parallel"]:
+        parts.append("sp=on")
+    return ",".join(parts)
+
+
 def candidate_line(r: CandidateResult) -> str:
     """One line per finished candidate (printed as results arrive)."""
-    head = f"candidate {r.index}: {r.layout_text} order {r.mesh_order}"
+    head = f"candidate {r.index}: {short_layout(r.layout)} order {r.mesh_order}"
     if r.status != "ok":
         return f"{head}: {r.status.upper()}: {r.error}"
     return (f"{head}: measured {_s(r.measured_step_s)} s, predicted {_s(r.predicted_step_s)} s "
@@ -71,14 +87,15 @@ def results_document(plan_source: str, launcher: str, options: VerifyOptions,
 def render(doc: dict[str, Any]) -> list[str]:
     """The closing table and verdicts."""
     refit = "after_calibration" in doc
-    header = f"{'#':>2}  {'layout':44s} {'order':12s} {'status':8s} {'measured':>9s} " \
+    header = f"{'#':>2}  {'layout':28s} {'order':12s} {'status':8s} {'measured':>9s} " \
              f"{'predicted':>9s} {'error':>6s}"
     if refit:
         header += f" {'refit':>9s} {'error':>6s}"
     lines = [header]
     for c in doc["candidates"]:
         after = c.get("after_calibration") or {}
-        row = (f"{c['index']:>2}  {c['layout_text']:44s} {c['mesh_order']:12s} {c['status']:8s} "
+        row = (f"{c['index']:>2}  {short_layout(c['layout']):28s} {c['mesh_order']:12s} "
+               f"{c['status']:8s} "
                f"{_s(c['measured_step_s']):>9s} {_s(c['predicted_step_s']):>9s} "
                f"{_pct(c['relative_error']):>6s}")
         if refit:
