@@ -3,6 +3,8 @@ efficiency curve and FP8."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from placer.cost.compute import (
@@ -15,8 +17,9 @@ from placer.cost.compute import (
 )
 from placer.cost.options import CostOptions
 from placer.cost.params import total_params
-from placer.cost.profile import calibration_for
-from placer.spec import Job, Layout
+from placer.cost.profile import HBM_EFFICIENCY, calibration_for
+from placer.spec import Job, Layout, Model
+from placer.spec.model import MoE
 from placer.spec.presets import cluster_preset, model_preset
 
 GPT175 = model_preset("gpt3-175b")
@@ -112,3 +115,62 @@ def test_unfused_attention_runs_the_whole_square_and_moves_scores() -> None:
     assert unfused.score_bytes == pytest.approx(5 * 96 * 2048 / 8 * 2048)
     slow = pass_times(unfused, calib, "bf16", "selective")
     assert slow.recompute_s > 0
+
+
+# A small fine-grained MoE: 16 experts of FFN 512, top-4, hidden 1024 (hand-computable).
+SMALL_MOE = Model(name="small-moe", num_layers=2, hidden_size=1024, num_attention_heads=8,
+                  ffn_hidden_size=4096, vocab_size=1000,
+                  moe=MoE(num_experts=16, top_k=4, expert_ffn_hidden_size=512))
+
+
+def test_expert_gemms_run_at_the_per_expert_size() -> None:
+    # tokens_per_expert = tokens x top_k x ep / experts: each GPU's 4 local experts receive the
+    # routed tokens of the whole EP group; each is its own GEMM of that many rows.
+    job = Job(seq_len=2048, global_batch_size=8)
+    layout = Layout(dp=4, ep=4)
+    work = layer_work(SMALL_MOE, job, layout, True, CostOptions(moe_load_imbalance=1.0))
+    per_expert = 2048 * 4 * 4 / 16  # 2048 rows
+    assert (2 * per_expert * 1024 * 512 * 2, 4) in work.gemms  # gate and up, fused
+    assert (2 * per_expert * 512 * 1024, 4) in work.gemms  # down
+    skewed = layer_work(SMALL_MOE, job, layout, True, CostOptions(moe_load_imbalance=1.25))
+    assert (2 * 1.25 * per_expert * 512 * 1024, 4) in skewed.gemms
+    # Efficiency is that of the per-expert GEMM, not of one GEMM of all routed tokens.
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    half = calib.half_efficiency_flops("bf16")
+    one = gemm_time(2 * per_expert * 512 * 1024, 1.0, 1.0, half)
+    fused = gemm_time(4 * 2 * per_expert * 512 * 1024, 1.0, 1.0, half)
+    assert 4 * one > fused
+
+
+def test_moe_dispatcher_passes_are_charged_at_hbm_bandwidth() -> None:
+    job = Job(seq_len=2048, global_batch_size=8)
+    tokens, h, e = 2048, 1024, 16
+    routed = tokens * 4  # top-4, balanced
+    router = 3 * tokens * e * 4  # softmax read + write, top-k read, fp32 logits
+    several = layer_work(SMALL_MOE, job, Layout(dp=4, ep=4), True,
+                         CostOptions(moe_load_imbalance=1.0))
+    # permute (read + write), unpermute (read) and its tokens x h write, plus sorting the
+    # received chunks by local expert and back (2 x read + write).
+    assert several.dispatch_bytes == pytest.approx((7 * routed + tokens) * h * 2 + router)
+    one_each = layer_work(SMALL_MOE, job, Layout(dp=16, ep=16), True,
+                          CostOptions(moe_load_imbalance=1.0))
+    assert one_each.dispatch_bytes == pytest.approx((3 * routed + tokens) * h * 2 + router)
+    assert layer_work(SMALL_MOE, job, Layout(dp=4, ep=4), False).dispatch_bytes == 0.0
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    with_dispatch = pass_times(several, calib, "bf16", "none")
+    without = pass_times(replace(several, dispatch_bytes=0.0), calib, "bf16", "none")
+    one_pass = several.dispatch_bytes / (calib.hbm_bytes_per_s * HBM_EFFICIENCY)
+    # Forward permutes the tokens, backward permutes their gradients once more.
+    assert with_dispatch.forward_s - without.forward_s == pytest.approx(one_pass)
+    assert with_dispatch.backward_s - without.backward_s == pytest.approx(one_pass)
+    full = pass_times(several, calib, "bf16", "full")
+    assert full.recompute_s == pytest.approx(full.forward_s)
+
+
+def test_fp8_gemms_pay_the_same_fixed_time_per_kernel() -> None:
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    fixed = {p: calib.half_efficiency_flops(p) / (calib.peak_flops(p) * calib.gemm_efficiency(p))
+             for p in ("bf16", "fp8")}
+    assert fixed["fp8"] == pytest.approx(fixed["bf16"])
+    assert calib.half_efficiency_flops("bf16") == calib.gemm.half_efficiency_flops
+    assert calib.half_efficiency_flops("fp8") > calib.half_efficiency_flops("bf16")

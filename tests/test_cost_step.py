@@ -171,3 +171,20 @@ def test_representative_groups_match_the_mesh_without_enumerating(order: tuple[s
         if dim in groups:
             assert groups[dim] == grid.groups(dim)[0], dim
     assert groups["dp"] == grid.groups("dp_cp")[0]
+
+
+def test_moe_all_to_all_moves_top_k_copies_forward_and_backward() -> None:
+    cluster = cluster_preset("dgx-h100")
+    model = model_preset("qwen3-30b-a3b")  # top-8 of 128 experts, hidden 2048
+    job = Job(seq_len=4096, global_batch_size=8)
+    balanced = CostOptions(moe_load_imbalance=1.0)
+    rows = {}
+    for recompute in ("none", "full"):
+        est = estimate(model, cluster, job, Layout(dp=8, ep=8, zero_stage=1, recompute=recompute),
+                       options=balanced)
+        rows[recompute] = next(c for c in est.collectives if c.dimension == "ep")
+    # Dispatch and combine, forward and backward (and the recomputed forward), per MoE layer
+    # and micro-batch; each sends every token's top-k copies of h bf16 activations.
+    assert rows["none"].message_bytes == 4096 * 8 * 2048 * 2
+    assert rows["none"].calls_per_step == 4 * 48
+    assert rows["full"].calls_per_step == 6 * 48

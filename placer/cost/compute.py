@@ -11,8 +11,12 @@ FLOPs count a matrix product of (m x k)(k x n) as 2mkn. Two conventions are kept
 
 Time of a GEMM of F FLOPs is ``(F + F_half) / (peak x max_efficiency)``: efficiency
 ``F / (F + F_half)`` falls as tensor parallelism splits matrices and small micro-batches thin
-them. Element-wise kernels are memory bound: their traffic is proportional to the activations a
-layer stores, moved at HBM bandwidth. Constants: placer/cost/profile.py.
+them; ``F_half / (peak x max_efficiency)`` is a fixed time per GEMM kernel, the same at FP8.
+Element-wise kernels are memory bound: their traffic is proportional to the activations a layer
+stores, moved at HBM bandwidth. Mixture-of-experts layers add the token dispatcher's own memory
+passes (permute, sort by expert, unpermute, router softmax/top-k), charged at HBM bandwidth, and
+run each local expert as its own GEMM of ``tokens_per_expert`` rows (a grouped GEMM's per-expert
+problem), so small experts fall down the efficiency curve. Constants: placer/cost/profile.py.
 """
 
 from __future__ import annotations
@@ -27,8 +31,22 @@ from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 
+# Activations move in bf16 (FP8 recipes quantise only the GEMM inputs).
+ACTIVATION_BYTES = 2
 # FlashAttention-2 backward: 5 matmuls against 2 in the forward pass (Dao 2023, arXiv:2307.08691).
 ATTENTION_BACKWARD_RATIO = 2.5
+# Token dispatcher passes of one MoE layer's forward over the routed tokens (routed x h, activation
+# dtype), from Megatron-Core's MoEAlltoAllTokenDispatcher (moe/token_dispatcher.py: "permute ->
+# A2A(EP) -> AG(TP) -> sort_chunk(if num_local_experts>1)" and the reverse "sort_chunk -> RS(TP)
+# -> A2A(EP) -> unpermute"): permute reads and writes them (2), unpermute reads them (1); sorting
+# the received chunks by local expert and back reads and writes them twice more (4) when a rank
+# holds several experts. The backward runs the same permutations on the gradients.
+MOE_PERMUTE_PASSES = 3
+MOE_SORT_PASSES = 4
+# Router: softmax and top-k over fp32 logits (tokens x experts): one write by the router GEMM
+# counted with it, then a read and write by the softmax and a read by the top-k.
+MOE_ROUTER_PASSES = 3
+ROUTER_LOGIT_BYTES = 4
 # Adam step per sharded parameter: read+write fp32 master, m and v (24 B), read the fp32 gradient
 # (4 B), write the bf16 weight (2 B) -- the bf16 recipe of conventions.md 9.1.
 OPTIMIZER_BYTES_PER_PARAM = 30
@@ -43,6 +61,7 @@ class LayerWork:
     elementwise_bytes: float  # stored activation bytes: the scale of element-wise traffic
     score_bytes: float = 0.0  # unfused attention's s x s scores, softmax and dropout
     attention_gemms: tuple[tuple[float, int], ...] = ()  # unfused attention's batched GEMMs
+    dispatch_bytes: float = 0.0  # MoE token dispatcher and router traffic (forward)
 
     @property
     def gemm_flops(self) -> float:
@@ -77,17 +96,21 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         attention = 0.0
         attention_gemms = ((2 * tokens * a * d * job.seq_len / t, 2),)
         score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
+    dispatch = 0.0
     if moe_layer and model.moe is not None:
         moe = model.moe
         rep = 1.0 / t if layout.sequence_parallel else 1.0
         gemms.append((2 * tokens * h * moe.num_experts * rep, 1))  # router
         local_experts = moe.num_experts / layout.ep
         routed = tokens * moe.top_k * layout.etp / t * imbalance
+        # Each local expert is its own GEMM of tokens_per_expert rows (routed tokens of the whole
+        # EP group shared by its experts), so efficiency is that of the per-expert problem.
         per_expert = routed / local_experts
         fe = moe.expert_ffn_hidden_size / layout.etp
         count = max(1, round(local_experts))
         gemms.append((2 * per_expert * h * fe * gate, count))
         gemms.append((2 * per_expert * fe * h, count))
+        dispatch = moe_dispatch_bytes(model, layout, tokens, routed)
         if moe.num_shared_experts:
             fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
             fs *= moe.num_shared_experts
@@ -100,7 +123,25 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     stored = activation_bytes_per_token(model, layout, moe_layer, moe_load_imbalance=imbalance)
     return LayerWork(gemms=tuple(gemms), attention_flops=attention,
                      elementwise_bytes=stored.total * tokens, score_bytes=score_bytes,
-                     attention_gemms=attention_gemms)
+                     attention_gemms=attention_gemms, dispatch_bytes=dispatch)
+
+
+def moe_dispatch_bytes(model: Model, layout: Layout, tokens: float, routed: float) -> float:
+    """Forward HBM traffic of an MoE layer's router and token dispatcher on one GPU.
+
+    ``routed`` token copies of ``h`` activations are permuted, sorted by local expert when the
+    rank holds several, sorted back and unpermuted; unpermute also writes the ``tokens`` outputs
+    (MOE_PERMUTE_PASSES, MOE_SORT_PASSES). The router's softmax and top-k pass over fp32 logits.
+    """
+    moe = model.moe
+    assert moe is not None
+    h = model.hidden_size
+    rep = 1.0 / layout.tp if layout.sequence_parallel else 1.0
+    passes = MOE_PERMUTE_PASSES + (MOE_SORT_PASSES if moe.num_experts > layout.ep else 0)
+    tokens_local = tokens * rep
+    permutes = (passes * routed + tokens_local) * h * ACTIVATION_BYTES
+    router = MOE_ROUTER_PASSES * tokens_local * moe.num_experts * ROUTER_LOGIT_BYTES
+    return permutes + router
 
 
 def logits_work(model: Model, job: Job, layout: Layout) -> LayerWork:
@@ -166,7 +207,7 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     Fused attention runs in BF16 at its own efficiency; unfused attention's batched GEMMs run
     in BF16 at the GEMM efficiency (FP8 recipes only quantise the linear layers).
     """
-    half = calib.gemm.half_efficiency_flops or 0.0
+    half = calib.half_efficiency_flops(precision)
     peak, eff = calib.peak_flops(precision), calib.gemm_efficiency(precision)
     linear = sum(n * gemm_time(f, peak, eff, half) for f, n in work.gemms)
     attention = attention_forward_s(work, calib)
@@ -175,8 +216,11 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     factor, bandwidth = calib.elementwise_traffic_factor, calib.hbm_bytes_per_s
     memory = factor * work.elementwise_bytes / bandwidth
     scores = factor * work.score_bytes / bandwidth
-    forward = linear + attn_gemm + fused + memory + scores
-    backward = 2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused + 2 * (memory + scores)
+    # Permutations are pure data movement: the backward permutes the gradients once more.
+    dispatch = work.dispatch_bytes / (bandwidth * HBM_EFFICIENCY)
+    forward = linear + attn_gemm + fused + memory + scores + dispatch
+    backward = (2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused
+                + 2 * (memory + scores) + dispatch)
     redo, redo_gemm = 0.0, 0.0
     if is_layer and recompute == "full":
         redo, redo_gemm = forward, linear + attn_gemm

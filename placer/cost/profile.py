@@ -116,6 +116,19 @@ class Calibration:
             return self.gemm.fp8_max_efficiency or self.gemm.max_efficiency
         return self.gemm.max_efficiency
 
+    def half_efficiency_flops(self, precision: str) -> float:
+        """FLOPs at which a GEMM of ``precision`` reaches half its efficiency.
+
+        The fitted figure is for BF16; what it stands for is a fixed time per GEMM kernel
+        (launch, prologue and tail: calibrate fits it as latency x rate), which an FP8 GEMM pays
+        too, so at FP8's higher rate the same time covers proportionally more FLOPs.
+        """
+        half = self.gemm.half_efficiency_flops or 0.0
+        if precision != "fp8" or self.peak_fp8_flops is None:
+            return half
+        bf16_rate = self.peak_bf16_flops * self.gemm.max_efficiency
+        return half * self.peak_flops(precision) * self.gemm_efficiency(precision) / bf16_rate
+
     def measured(self, link: str, collective: str) -> LinkMeasurement | None:
         """The profile's figure for a link class (``intra`` or ``inter``) and collective."""
         if self.profile is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from placer.cost import collectives as coll
 from placer.cost.collectives import CollectiveTime, GroupLinkLike
 from placer.cost.compute import (
+    ACTIVATION_BYTES,
     ATTENTION_BACKWARD_RATIO,
     ZERO_TIMES,
     PassTimes,
@@ -43,7 +44,6 @@ from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import CollectiveCost, Estimate, StepBreakdown
 
-ACTIVATION_BYTES = 2  # bf16 activations on the wire (FP8 recipes keep bf16 activations)
 # Megatron-Core DDP bucket: max(40M, 1M x dp*cp size) parameters (distributed_data_parallel.py).
 DP_BUCKET_MIN_PARAMS = 40_000_000
 DP_BUCKET_PARAMS_PER_RANK = 1_000_000
