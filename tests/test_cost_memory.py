@@ -7,8 +7,10 @@ import pytest
 
 from placer.cost import memory_estimate, minimum_gpus_needed
 from placer.cost.memory import activation_bytes_per_token, microbatches_in_flight
+from placer.cost.options import CostOptions
 from placer.cost.params import stage_params, stage_shapes, total_params
 from placer.spec import Job, Layout, Model
+from placer.spec.model import MoE
 from placer.spec.presets import cluster_preset, model_preset
 
 # GPT 22B of Korthikanti et al. (Table 3): MHA, FFN = 4h, plain GeLU MLP.
@@ -143,3 +145,41 @@ def test_minimum_gpus_needed_is_the_fully_sharded_state_over_usable_memory() -> 
     assert state / need.gpus <= need.per_gpu_bytes < state / (need.gpus - 1)
     assert "16 x" in need.reason and f"at least {need.gpus} GPUs" in need.reason
     assert "\n" not in need.reason
+
+
+def test_moe_layer_keeps_expert_inputs_and_probabilities_not_outputs() -> None:
+    # 16 experts of FFN 512, top-4, hidden 1024, balanced; tp = 1.
+    moe = Model(name="small-moe", num_layers=2, hidden_size=1024, num_attention_heads=8,
+                ffn_hidden_size=4096, vocab_size=1000,
+                moe=MoE(num_experts=16, top_k=4, expert_ffn_hidden_size=512))
+    h, fe, k, e = 1024, 512, 4, 16
+    parts = activation_bytes_per_token(moe, Layout(dp=4, ep=4), True, moe_load_imbalance=1.0)
+    # Per routed copy: the first GEMM's input (2h), the gated activation's two inputs (2 x 2fe),
+    # the second GEMM's input (2fe) and the fp32 router probability the activation applies;
+    # then the router input (2h), fp32 probabilities over experts and the dropout mask (h).
+    per_routed = 2 * h + 2 * 2 * fe + 2 * fe + 4
+    assert parts.mlp == pytest.approx(k * per_routed + 2 * h + 4 * e + h)
+
+
+def test_deepspeed_zero3_holds_submodules_not_whole_layers() -> None:
+    model = model_preset("gpt3-175b")
+    cluster = cluster_preset("dgx-a100").with_nodes(48)
+    job = Job(seq_len=2048, global_batch_size=384)
+    layout = Layout(dp=384, zero_stage=3, recompute="full")
+    fsdp = memory_estimate(model, cluster, job, layout)
+    deepspeed = memory_estimate(model, cluster, job, layout,
+                                CostOptions(zero3_max_live_params=1e9))
+    h, v = 12288, 51200
+    # A layer's share of the stage's parameters (Megatron's count, no biases; the tied embedding
+    # and the final norm spread over the 96 layers).
+    layer = (96 * (12 * h * h + 2 * h) + v * h + h) / 96
+    # FSDP: current and prefetched layer in bf16 plus one layer's fp32 gradients. DeepSpeed: the
+    # 1e9 live-parameter limit (above the largest weight, 4h x h) plus the 5e7 prefetch bucket,
+    # and a 5e8-parameter gradient bucket.
+    fsdp_transient = layer * (2 * 2 + 4)
+    ds_transient = (1e9 + 5e7) * 2 + 5e8 * 4
+    saved = fsdp.activations_bytes - deepspeed.activations_bytes
+    assert saved == pytest.approx(fsdp_transient - ds_transient, abs=2)
+    assert deepspeed.total_bytes < fsdp.total_bytes
+    with pytest.raises(ValueError, match="positive"):
+        CostOptions(zero3_max_live_params=0)

@@ -12,8 +12,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from placer.cost.options import DEFAULT_OPTIONS, MOE_LOAD_IMBALANCE, CostOptions
-from placer.cost.params import StageShape, stage_params, stage_shapes, total_params
+from placer.cost.options import (
+    DEEPSPEED_PREFETCH_BUCKET_PARAMS,
+    DEEPSPEED_REDUCE_BUCKET_PARAMS,
+    DEFAULT_OPTIONS,
+    MOE_LOAD_IMBALANCE,
+    CostOptions,
+)
+from placer.cost.params import (
+    StageShape,
+    largest_weight_params,
+    stage_params,
+    stage_shapes,
+    total_params,
+)
 from placer.cost.profile import bounding_node_type
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -42,6 +54,7 @@ LOGITS_BYTES_PER_ENTRY = 4
 EMBEDDING_ID_BYTES_PER_TOKEN = 8
 BF16_BYTES = 2
 FP8_BYTES = 1
+ROUTER_PROB_BYTES = 4  # fp32 router probability kept per routed token
 
 
 @dataclass(frozen=True)
@@ -111,9 +124,12 @@ def _moe_mlp_bytes_per_token(model: Model, layout: Layout, imbalance: float,
     # Routed tokens each GPU processes per local token (experts span tp x cp x dp).
     routed = moe.top_k * layout.etp / t * imbalance
     fe = moe.expert_ffn_hidden_size / layout.etp
-    # Permuted input (first expert GEMM's input), activation inputs, second GEMM's input, and
-    # the expert output the combine weights by router probabilities.
-    per_routed = lin * h + b * fe * gate + lin * fe + b * h
+    # Permuted input (first expert GEMM's input), activation inputs, second GEMM's input and the
+    # token's fp32 router probability. The probability scales the activation inside the expert
+    # (Megatron-Core moe/experts.py: TEGroupedMLP.forward(..., permuted_probs) through
+    # weighted_bias_swiglu_impl; torchtitan's MoE scales the input, score_before_experts), so
+    # the combine is a plain sum and keeps no copy of the expert output.
+    per_routed = lin * h + b * fe * gate + lin * fe + ROUTER_PROB_BYTES
     shared_ffn = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
     shared = moe.num_shared_experts * (b * shared_ffn * gate + lin * shared_ffn) / t
     router = b * h * rep + 4 * moe.num_experts * rep  # router input and fp32 probabilities
@@ -216,13 +232,30 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         weights += params.total * opt.param_bytes
         gradients += params.total * opt.param_bytes
     elif zero >= 3:
-        # Two layers gathered at once (the current one and the prefetched next) plus one layer's
-        # unsharded gradients before their reduce-scatter.
-        transient = layer_params * (2 * opt.param_bytes + opt.grad_bytes)
+        transient = _zero3_transient(model, layout, layer_params, job, options)
     elif zero == 2:
         transient = layer_params * opt.grad_bytes  # a layer's gradients before reduce-scatter
     return _StageMemory(weights, gradients, optimizer, activations, logits, moe_buffers,
                         transient)
+
+
+def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job,
+                     options: CostOptions) -> float:
+    """Unsharded parameters and gradients ZeRO-3 holds at once (no pipelining).
+
+    FSDP gathers whole layers: the current one and the prefetched next, plus one layer's
+    gradients before their reduce-scatter. DeepSpeed fetches per submodule: the largest weight
+    in use plus what its live-parameter limit and prefetch bucket allow, and reduce-scatters
+    gradients from a fixed bucket (options.py).
+    """
+    opt = job.optimizer
+    limit = options.zero3_max_live_params
+    if limit is None:
+        return layer_params * (2 * opt.param_bytes + opt.grad_bytes)
+    largest = largest_weight_params(model, layout)
+    live = min(2 * layer_params, max(limit, largest) + DEEPSPEED_PREFETCH_BUCKET_PARAMS)
+    grads = min(layer_params, DEEPSPEED_REDUCE_BUCKET_PARAMS)
+    return live * opt.param_bytes + grads * opt.grad_bytes
 
 
 def _fragmentation(dynamic_bytes: float) -> float:

@@ -14,6 +14,13 @@ from dataclasses import dataclass
 # token count. Switch Transformer and GShard train with an expert capacity factor of 1.25
 # (Fedus et al. 2021, arXiv:2101.03961, section 2.2); dropless routing behaves similarly.
 MOE_LOAD_IMBALANCE = 1.25
+# DeepSpeed ZeRO-3 defaults (deepspeed/runtime/zero/config.py; conventions.md 7.1): parameters
+# are fetched per submodule, at most ``stage3_max_live_parameters`` held at once beyond the one
+# in use, ``stage3_prefetch_bucket_size`` fetched ahead, and gradients reduce-scattered from a
+# ``reduce_bucket_size`` buffer.
+DEEPSPEED_MAX_LIVE_PARAMS = 1e9
+DEEPSPEED_PREFETCH_BUCKET_PARAMS = 5e7
+DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 
 
 @dataclass(frozen=True)
@@ -28,10 +35,16 @@ class CostOptions:
     """Gradient reduction bucketed and overlapped with the last micro-batch's backward."""
     moe_load_imbalance: float = MOE_LOAD_IMBALANCE
     """Tokens the busiest expert rank receives, as a multiple of the mean (1 = balanced)."""
+    zero3_max_live_params: float | None = None
+    """ZeRO-3 without pipelining: None gathers whole layers (FSDP units: the current layer and
+    the prefetched next); a number bounds the parameters held at once as DeepSpeed does
+    (``stage3_max_live_parameters``, 1e9 by default), fetching per submodule."""
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.moe_load_imbalance <= 64.0:
             raise ValueError("moe_load_imbalance must be between 1 and 64")
+        if self.zero3_max_live_params is not None and self.zero3_max_live_params <= 0:
+            raise ValueError("zero3_max_live_params must be positive")
 
 
 DEFAULT_OPTIONS = CostOptions()

@@ -48,6 +48,19 @@ def moe_shared_params(model: Model) -> int:
     return shared + model.hidden_size * moe.num_experts
 
 
+def largest_weight_params(model: Model, layout: Layout) -> float:
+    """Parameters of a layer's largest weight on one GPU: the fused QKV, the first MLP (gate and
+    up fused) or one expert's first matrix, as Megatron fuses them."""
+    h, d = model.hidden_size, model.attention_head_dim
+    qkv = h * d * (model.num_attention_heads + 2 * model.kv_heads) / layout.tp
+    gate = mlp_matrices(model) - 1
+    mlp = h * model.ffn_hidden_size * gate / layout.tp
+    expert = 0.0
+    if model.moe is not None:
+        expert = h * model.moe.expert_ffn_hidden_size * gate / layout.etp
+    return max(qkv, mlp, expert)
+
+
 def embedding_params(model: Model) -> int:
     return model.vocab_size * model.hidden_size
 
