@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from placer.cost import Calibration, calibration_for, estimate_with
+from placer.cost.compute import forward_flops_per_token
 from placer.cost.groups import GroupLinks, group_links
-from placer.cost.options import CostOptions
+from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
 from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec import Cluster, Job, Layout, Model, Optimizer
@@ -74,6 +75,7 @@ class Case:
     options: CostOptions = field(default_factory=CostOptions)
     profile: LinkProfile | None = None
     assumptions: list[str] = field(default_factory=list)
+    defaults: list[str] = field(default_factory=list)  # framework defaults used, for every row
     reported_memory_gib: float | None = None
 
     @property
@@ -243,6 +245,14 @@ def zero_stage(sharding: str | None) -> int:
     return 0
 
 
+# What a framework's performance configs do about recomputation when a record does not say.
+FRAMEWORK_RECOMPUTE = {
+    "MBRIDGE_PERF": ("Megatron-Bridge's performance configs (recompute_granularity None for Qwen3; "
+                     "GPT-OSS on H100 recomputes only layernorm and moe_act, element-wise work "
+                     "not modelled)"),
+}
+
+
 def recompute_mode(text: str | None) -> tuple[str, list[str]]:
     value = (text or "").lower()
     if value.startswith("full") or "full recompute" in value or "full checkpoint" in value:
@@ -254,14 +264,29 @@ def recompute_mode(text: str | None) -> tuple[str, list[str]]:
     return "none", ["recompute not stated: none"]
 
 
-def _precision(record: dict[str, Any]) -> tuple[str, Optimizer]:
+# Performance recipes that reduce gradients in bf16 (the main-gradient buffer in the parameter
+# dtype) when the record does not say: NeMo's scripts/llm/performance set
+# ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` for FP8 runs, and Megatron-Bridge's
+# scripts/performance set ``cfg.ddp.grad_reduce_in_fp32 = False`` in every model's common config
+# (set_qwen3_common_configs, set_gpt_oss_common_configs).
+BF16_GRADIENT_RECIPES = {"NEMO_2407": "NeMo performance recipe", "MBRIDGE_PERF":
+                         "Megatron-Bridge performance recipe"}
+
+
+def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
     text = (record.get("precision") or "").lower()
     # FP4 recipes are costed as FP8, the lowest precision placer's GPU catalogue knows.
     fp8 = "fp8" in text or "float8" in text or "fp4" in text
     # DeepSpeed and 2021 Megatron fp16 runs keep 16-bit gradients; bf16 recipes use fp32 ones.
     fp16_grads = ("fp16" in text or "16-bit" in text) and "fp32 grad" not in text
+    notes: list[str] = []
+    recipe = BF16_GRADIENT_RECIPES.get(record["source_id"])
+    if recipe and "grad" not in text and (fp8 or record["source_id"] == "MBRIDGE_PERF"):
+        fp16_grads = True
+        notes.append(f"default: gradient dtype not stated: bf16, the {recipe}'s "
+                     "grad_reduce_in_fp32=False")
     optimizer = Optimizer(grad_bytes=2 if fp16_grads else 4)
-    return ("fp8" if fp8 else "bf16"), optimizer
+    return ("fp8" if fp8 else "bf16"), optimizer, notes
 
 
 def case_for(record: dict[str, Any]) -> Case:
@@ -296,8 +321,12 @@ def case_for(record: dict[str, Any]) -> Case:
             notes.append("sequence parallelism assumed with tp > 1")
     vpp = layout_rec.get("vpp") or 1
     recompute, rnotes = recompute_mode(record.get("activation_recompute"))
+    if rnotes and record["source_id"] in FRAMEWORK_RECOMPUTE:
+        rnotes = [f"default: recompute not stated: none, as "
+                  f"{FRAMEWORK_RECOMPUTE[record['source_id']]}"]
     notes += rnotes
-    precision, optimizer = _precision(record)
+    precision, optimizer, pnotes = _precision(record)
+    notes += pnotes
     zero = zero_stage(layout_rec.get("dp_sharding"))
     if zero and dp * cp == 1:
         zero = 0
@@ -317,8 +346,20 @@ def case_for(record: dict[str, Any]) -> Case:
     profile = jean_zay_profile() if cluster.name == "jean-zay" else None
     if profile is not None:
         notes.append("Omni-Path busbw per GPU from the fitted Jean Zay network constant")
+    options = options_for(record)
+    if options.zero3_max_live_params is not None and layout.zero_stage >= 3:
+        notes.append("default: ZeRO-3 fetches per DeepSpeed's defaults (stage3_max_live_parameters "
+                     "1e9, prefetch 5e7, reduce bucket 5e8)")
+    defaults = [DEFAULT_TAGS[n.split(":")[1].strip().split()[0]] for n in notes
+                if n.startswith("default:")]
     return Case(rid, record["source_id"], model, cluster, job, layout, reported, text, per_token,
-                oom, options_for(record), profile, notes, other.get("peak_memory_GiB"))
+                oom, options, profile, notes, reported_memory_gib=other.get("peak_memory_GiB"),
+                defaults=defaults)
+
+
+# Short tags printed on every row that relies on a framework default (--verbose gives the rest).
+DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
+                "ZeRO-3": "DeepSpeed fetch"}
 
 
 # Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
@@ -336,9 +377,12 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     source = record["source_id"]
     tp_overlap = "--tp-comm-overlap" in notes or "AsyncTP" in techniques
     dp_overlap = "not overlapped" not in notes and source not in DEEPSPEED_PIPELINE_SOURCES
+    sharding = str(record["layout"].get("dp_sharding") or "")
+    deepspeed = "deepspeed" in sharding.lower() or source in DEEPSPEED_PIPELINE_SOURCES
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
-                       moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25)
+                       moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
+                       zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)
 
 
 def eq3_flops_per_token(model: Model, seq: int) -> float:
@@ -353,6 +397,22 @@ def megatron_model_flops_per_token(model: Model, seq: int) -> float:
     return 72 * lay * h * h * (1 + seq / (6 * h) + v / (12 * lay * h))
 
 
+def current_megatron_flops_per_token(model: Model, seq: int) -> float:
+    """Current Megatron's model FLOPs per token: 3 x the forward GEMMs, active experts only.
+
+    Megatron-Core's ``num_floating_point_operations`` (conventions.md 9.3) counts GQA, gated MLPs
+    and the top-k routed experts, and halves the core-attention ``s^2`` term for the causal mask.
+    Megatron-Bridge reports model TFLOP/s this way (its Qwen3-30B-A3B rows match it to 0.5 %).
+    """
+    full = forward_flops_per_token(model, seq)
+    causal_saving = model.num_layers * 2 * model.num_attention_heads * model.attention_head_dim
+    return 3 * (full - causal_saving * seq)
+
+
+# Sources whose model FLOPs follow current Megatron's count rather than the 72 B s l h^2 form.
+CURRENT_MEGATRON_FLOPS_SOURCES = {"MBRIDGE_PERF"}
+
+
 def _reported(record: dict[str, Any], model: Model, job: Job
               ) -> tuple[float, str, float | None]:
     """Reported throughput as tokens/s per GPU, the text it came from, and the FLOP rule."""
@@ -362,6 +422,9 @@ def _reported(record: dict[str, Any], model: Model, job: Job
     seq = job.seq_len
     if "eq.(3)" in kind or "hardware tflops" in kind:
         per_token: float | None = eq3_flops_per_token(model, seq)
+    elif "model" in kind and (model.moe is not None
+                              or record["source_id"] in CURRENT_MEGATRON_FLOPS_SOURCES):
+        per_token = current_megatron_flops_per_token(model, seq)
     elif "model" in kind:
         per_token = megatron_model_flops_per_token(model, seq)
     else:
@@ -514,8 +577,9 @@ def _row(o: Outcome) -> str:
     if c.reported_memory_gib:
         mem = (f"  mem {o.estimate.peak_memory_bytes / 2**30:.0f} vs "
                f"{c.reported_memory_gib:.0f} GiB")
+    tags = f"  [framework default: {', '.join(c.defaults)}]" if c.defaults else ""
     return (f"{c.record_id:<52} {layout:<48} {o.predicted_tps:9.1f} {c.reported_tps:9.1f} "
-            f"{o.error * 100:+6.1f}%{extra}{mem}{fit}")
+            f"{o.error * 100:+6.1f}%{extra}{mem}{fit}{tags}")
 
 
 def report(outcomes: list[Outcome], skipped: list[tuple[str, str]], pairs: list[dict[str, Any]],
