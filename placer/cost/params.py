@@ -112,8 +112,12 @@ class StageShape:
 
 
 def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:
-    """Every pipeline rank's share of the model (O(layers), no rank enumeration)."""
-    pp, vpp = layout.pp, layout.vpp
+    """Every pipeline rank's share of the model (O(layers), no rank enumeration; cached)."""
+    return list(_stage_shapes(model, layout.pp, layout.vpp))
+
+
+@lru_cache(maxsize=4096)
+def _stage_shapes(model: Model, pp: int, vpp: int) -> tuple[StageShape, ...]:
     chunks = pp * vpp
     base, extra = divmod(model.num_layers, chunks)
     flags = _moe_layer_flags(model)
@@ -126,8 +130,8 @@ def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:
         layers[rank] += size
         moe_layers[rank] += sum(flags[start:start + size])
         start += size
-    return [StageShape(stage=r, layers=layers[r], moe_layers=moe_layers[r], first=r == 0,
-                       last=r == pp - 1) for r in range(pp)]
+    return tuple(StageShape(stage=r, layers=layers[r], moe_layers=moe_layers[r], first=r == 0,
+                            last=r == pp - 1) for r in range(pp))
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,9 @@ class StageParams:
         return self.dense + self.expert
 
 
+@lru_cache(maxsize=16384)
 def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams:
-    """Per-GPU parameters of a stage: dense weights over tp, experts over ep x etp.
+    """Per-GPU parameters of a stage: dense weights over tp, experts over ep x etp (cached).
 
     The first stage holds the embedding; the last holds the output layer, which with tied
     embeddings and pp > 1 is a second copy Megatron keeps in sync (conventions.md 9.1).
