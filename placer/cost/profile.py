@@ -46,9 +46,9 @@ NETWORK_EFFICIENCY = 47.0 / 50.0
 GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # A100 rows all ran unfused attention (2021-2022), so attention_efficiency is not fitted
     # there and fused attention falls back to max_efficiency.
-    "A100": GemmProfile(max_efficiency=0.708, half_efficiency_flops=4.9e9),
-    "H100": GemmProfile(max_efficiency=0.794, fp8_max_efficiency=0.659,
-                        half_efficiency_flops=2.39e10, attention_efficiency=0.203),
+    "A100": GemmProfile(max_efficiency=0.706, half_efficiency_flops=4.76e9),
+    "H100": GemmProfile(max_efficiency=0.794, fp8_max_efficiency=0.674,
+                        half_efficiency_flops=2.46e10, attention_efficiency=0.202),
 }
 # Families without calibration rows borrow a measured one: H200 is the same GH100 die as H100
 # [conventions.md 5.3]; Blackwell and Ada have no published rows in the calibration set, so they
@@ -57,11 +57,11 @@ FAMILY_FALLBACK = {"H200": "H100", "B200": "H100", "GB200": "H100", "L40S": "A10
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.52
+ELEMENTWISE_TRAFFIC_FACTOR = 2.46
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. Fitted by bench/fit_compute.py jointly over all rows.
-OVERLAP_EFFICIENCY = 0.619
+OVERLAP_EFFICIENCY = 0.621
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
