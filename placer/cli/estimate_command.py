@@ -14,30 +14,18 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from placer.cli.options import job_input_options, load_job_inputs, load_profile_option
 from placer.cost import estimate
 from placer.errors import InputError
 from placer.mesh import parse_order
-from placer.report.defaults import resolve_job, resolve_nodes
 from placer.spec.layout import Layout, validate_layout
-from placer.spec.presets import cluster_names, load_cluster, load_model, validated
 from placer.spec.results import Estimate
 
 GIB = 2**30
 
 
 @click.command("estimate")
-@click.option("--model", "model_ref", required=True, metavar="M",
-              help="model preset (see 'placer presets'), model YAML/JSON, or HF config.json")
-@click.option("--cluster", "cluster_ref", required=True, metavar="C",
-              help="cluster preset or cluster YAML/JSON file")
-@click.option("--nodes", type=click.IntRange(min=1), metavar="N",
-              help="scale a single-pool cluster to N nodes (default: its own size)")
-@click.option("--global-batch", type=click.IntRange(min=1), metavar="B",
-              help="sequences per step (default: the power of two nearest 4M tokens)")
-@click.option("--seq-len", type=click.IntRange(min=1), metavar="S",
-              help="tokens per sequence (default: the model's max, capped at 8192)")
-@click.option("--precision", type=click.Choice(["bf16", "fp8"]), default="bf16",
-              show_default=True, help="GEMM precision (FP8 keeps BF16 attention)")
+@job_input_options
 @click.option("--layout", "layout_text", required=True, metavar="SPEC",
               help="e.g. 'tp=8,pp=8,dp=16,mbs=1,zero=1,recompute=selective,sp=on'; a missing dp "
                    "takes the GPUs left over; degrees using fewer GPUs run on the first ones")
@@ -51,11 +39,10 @@ def estimate_command(model_ref: str, cluster_ref: str, nodes: int | None,
                      layout_text: str, order_text: str, profile: Path | None,
                      as_json: bool) -> None:
     """Predict step time, throughput, memory and where the time goes for one layout."""
-    model = load_model(model_ref)
-    cluster = load_cluster(cluster_ref)
-    cluster, nodes_used = resolve_nodes(cluster, nodes, is_preset=cluster_ref in cluster_names())
-    job, job_used = resolve_job(model, seq_len=seq_len, global_batch=global_batch)
-    job = validated(type(job), {**job.model_dump(), "precision": precision}, "job")
+    inputs = load_job_inputs(model_ref, cluster_ref, nodes=nodes, global_batch=global_batch,
+                             seq_len=seq_len, precision=precision)
+    model, cluster, job = inputs.model, inputs.cluster, inputs.job
+    defaults_used = inputs.defaults_used
     layout = Layout.parse(layout_text, num_gpus=cluster.num_gpus)
     if layout.num_gpus > cluster.num_gpus:
         raise InputError("--layout", layout_text, f"needs {layout.num_gpus} GPUs; the cluster "
@@ -63,23 +50,19 @@ def estimate_command(model_ref: str, cluster_ref: str, nodes: int | None,
     # Degrees that multiply to fewer GPUs than the cluster has run on its first slots.
     validate_layout(layout, model, job, layout.num_gpus)
     if layout.num_gpus < cluster.num_gpus:
-        nodes_used.append(f"runs on the first {layout.num_gpus} of {cluster.num_gpus} GPUs")
+        defaults_used.append(f"runs on the first {layout.num_gpus} of {cluster.num_gpus} GPUs")
     order = parse_order(order_text)
-    link_profile = None
-    if profile is not None:
-        from placer.spec.profile import load_link_profile
-
-        link_profile = load_link_profile(profile)
-    result = estimate(model, cluster, job, layout, order=order, profile=link_profile)
+    result = estimate(model, cluster, job, layout, order=order,
+                      profile=load_profile_option(profile))
     if as_json:
         document = {"model": model.name, "cluster": cluster.name, "num_gpus": layout.num_gpus,
                     "seq_len": job.seq_len, "global_batch_size": job.global_batch_size,
-                    "precision": job.precision, "defaults_used": [*nodes_used, *job_used],
+                    "precision": job.precision, "defaults_used": defaults_used,
                     **result.model_dump(mode="json")}
         click.echo(json.dumps(document, indent=2, sort_keys=True))
         return
     _print(result, model.name, cluster.name, job.seq_len, job.global_batch_size,
-           [*nodes_used, *job_used])
+           defaults_used)
 
 
 def _print(est: Estimate, model: str, cluster: str, seq_len: int, batch: int,

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import click
 
+from placer.cli.options import job_input_options, load_job_inputs, load_profile_option
 from placer.launch.scripts import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT
-from placer.report.defaults import resolve_job, resolve_nodes
 from placer.report.plan import Recommendation, make_plan, plan_json
-from placer.spec.presets import cluster_names, load_cluster, load_model
 
 DEFAULT_TOP_K = 5
 
@@ -42,36 +41,18 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
     """Load the inputs, fill the defaults, and run the recommendation."""
     from placer.report.progress import delayed_spinner
 
-    model = load_model(args.model)
-    cluster = load_cluster(args.cluster)
-    cluster, nodes_used = resolve_nodes(cluster, args.nodes,
-                                        is_preset=args.cluster in cluster_names())
-    job, job_used = resolve_job(model, seq_len=args.seq_len, global_batch=args.global_batch,
-                                constraints=args.constraints, precision=args.precision)
-    profile = None
-    if args.profile is not None:
-        from placer.spec.profile import load_link_profile
-
-        profile = load_link_profile(args.profile)
+    inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
+                             global_batch=args.global_batch, seq_len=args.seq_len,
+                             precision=args.precision, constraints=args.constraints)
+    profile = load_profile_option(args.profile)
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
-        return make_plan(model, cluster, job, top_k=args.top_k, profile=profile,
-                         defaults_used=[*nodes_used, *job_used], with_what_ifs=args.what_if,
-                         progress=progress)
+        return make_plan(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
+                         profile=profile, defaults_used=inputs.defaults_used,
+                         with_what_ifs=args.what_if, progress=progress)
 
 
 @click.command("recommend-layout")
-@click.option("--model", "model_ref", required=True, metavar="M",
-              help="model preset (see 'placer presets'), model YAML/JSON, or HF config.json")
-@click.option("--cluster", "cluster_ref", required=True, metavar="C",
-              help="cluster preset or cluster YAML/JSON file")
-@click.option("--nodes", type=click.IntRange(min=1), metavar="N",
-              help="scale a single-pool cluster to N nodes (default: its own size)")
-@click.option("--global-batch", type=click.IntRange(min=1), metavar="B",
-              help="sequences per step (default: the power of two nearest 4M tokens)")
-@click.option("--seq-len", type=click.IntRange(min=1), metavar="S",
-              help="tokens per sequence (default: the model's max, capped at 8192)")
-@click.option("--precision", type=click.Choice(["bf16", "fp8"]), default="bf16",
-              show_default=True, help="GEMM precision (FP8 keeps BF16 attention)")
+@job_input_options
 @click.option("--top", "top_k", type=click.IntRange(1, 50), default=DEFAULT_TOP_K,
               show_default=True, metavar="K", help="how many layouts to rank")
 @click.option("--constraint", "constraints", multiple=True, metavar="EXPR",
