@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from placer.cost.collectives import GroupLinkLike
+from placer.cost.collectives import GroupLink
 from placer.spec.profile import LinkProfile
 from placer.topology import topology_of
 from placer.verify.calibrate import coefficients
@@ -29,7 +29,7 @@ PROFILE = LinkProfile.model_validate({
 })
 
 
-def _sample(link: GroupLinkLike, nbytes: int, alpha: float, bandwidth: float,
+def _sample(link: GroupLink, nbytes: int, alpha: float, bandwidth: float,
             candidate: int = 0, collective: str = "all_reduce", dimension: str = "tp"
             ) -> OpSample:
     c1, c2 = coefficients(collective, link.size)

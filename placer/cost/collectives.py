@@ -23,26 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
 from placer.cost.profile import PCIE_EFFICIENCY, Calibration
-
-
-class GroupLinkLike(Protocol):
-    """The fields of ``placer.topology.GroupLink`` the cost model reads."""
-
-    size: int
-    num_nodes: int
-    max_gpus_per_node: int
-    within_nvlink_domain: bool
-    link_class: str
-    intra_bytes_per_s: float
-    inter_bytes_per_s: float
-    node_inter_bytes_per_s: float
-    intra_latency_s: float
-    inter_latency_s: float
-    nvls: bool
-
+from placer.topology import GroupLink
 
 # NCCL's tree all-reduce bandwidth relative to ring ("busBw*.92" in src/graph/tuning.cc) and its
 # Simple-protocol correction per power-of-two size from 64 B to 256 MB (treeCorrectionFactor).
@@ -63,11 +46,11 @@ class CollectiveTime:
 NO_TIME = CollectiveTime(0.0, "none", 0.0)
 
 
-def crosses_network(link: GroupLinkLike) -> bool:
+def crosses_network(link: GroupLink) -> bool:
     return link.link_class == "network" and link.num_nodes > 1
 
 
-def _intra_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float:
+def _intra_bw(link: GroupLink, calib: Calibration, collective: str) -> float:
     measured = calib.measured("intra", collective)
     if measured is not None:
         return measured.bandwidth_bytes_per_s
@@ -75,7 +58,7 @@ def _intra_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float
     return link.intra_bytes_per_s * eff
 
 
-def _gpu_net_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float:
+def _gpu_net_bw(link: GroupLink, calib: Calibration, collective: str) -> float:
     """One GPU's share of the network under the concurrent load.
 
     A profile measures one GPU per node talking alone; when concurrent groups share its NICs,
@@ -88,21 +71,21 @@ def _gpu_net_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> flo
     return preset
 
 
-def _node_net_bw(link: GroupLinkLike, calib: Calibration, collective: str) -> float:
+def _node_net_bw(link: GroupLink, calib: Calibration, collective: str) -> float:
     """The group's network bandwidth out of its busiest node."""
     per_gpu_raw = link.inter_bytes_per_s
     gpus_worth = link.node_inter_bytes_per_s / per_gpu_raw if per_gpu_raw > 0 else 1.0
     return _gpu_net_bw(link, calib, collective) * gpus_worth
 
 
-def _latencies(link: GroupLinkLike, calib: Calibration, collective: str) -> tuple[float, float]:
+def _latencies(link: GroupLink, calib: Calibration, collective: str) -> tuple[float, float]:
     intra = calib.measured("intra", collective)
     inter = calib.measured("inter", collective)
     return (intra.latency_s if intra is not None else link.intra_latency_s,
             inter.latency_s if inter is not None else link.inter_latency_s)
 
 
-def _ring_shape(link: GroupLinkLike, calib: Calibration, collective: str,
+def _ring_shape(link: GroupLink, calib: Calibration, collective: str,
                 aggregate_nics: bool = True) -> tuple[float, float]:
     """(mean latency per ring step, bus bandwidth of the ring's slowest link).
 
@@ -132,7 +115,7 @@ def _tree_correction(nbytes: float) -> float:
     return TREE_CORRECTION_SIMPLE[min(max(index, 0), len(TREE_CORRECTION_SIMPLE) - 1)]
 
 
-def all_reduce(link: GroupLinkLike, nbytes: float, calib: Calibration) -> CollectiveTime:
+def all_reduce(link: GroupLink, nbytes: float, calib: Calibration) -> CollectiveTime:
     """All-reduce of an ``nbytes`` buffer: the fastest of the algorithms NCCL would consider."""
     n = link.size
     if n <= 1 or nbytes <= 0:
@@ -157,7 +140,7 @@ def all_reduce(link: GroupLinkLike, nbytes: float, calib: Calibration) -> Collec
     return _result(time_s, algorithm, moved)
 
 
-def _hierarchical(link: GroupLinkLike, nbytes: float, calib: Calibration) -> float:
+def _hierarchical(link: GroupLink, nbytes: float, calib: Calibration) -> float:
     """Intra-node reduce-scatter, inter-node all-reduce of 1/m per GPU, intra-node all-gather."""
     m, nodes = link.max_gpus_per_node, link.num_nodes
     a_intra, a_inter = _latencies(link, calib, "all_reduce")
@@ -172,7 +155,7 @@ def _hierarchical(link: GroupLinkLike, nbytes: float, calib: Calibration) -> flo
     return intra + inter
 
 
-def _ring_gather(link: GroupLinkLike, total_bytes: float, calib: Calibration,
+def _ring_gather(link: GroupLink, total_bytes: float, calib: Calibration,
                  collective: str, aggregate_nics: bool) -> CollectiveTime:
     n = link.size
     if n <= 1 or total_bytes <= 0:
@@ -182,19 +165,19 @@ def _ring_gather(link: GroupLinkLike, total_bytes: float, calib: Calibration,
     return _result((n - 1) * step + moved / bw, "ring", moved)
 
 
-def all_gather(link: GroupLinkLike, total_bytes: float, calib: Calibration,
+def all_gather(link: GroupLink, total_bytes: float, calib: Calibration,
                aggregate_nics: bool = True) -> CollectiveTime:
     """All-gather whose gathered (total) buffer is ``total_bytes`` (nccl-tests' S)."""
     return _ring_gather(link, total_bytes, calib, "all_gather", aggregate_nics)
 
 
-def reduce_scatter(link: GroupLinkLike, total_bytes: float, calib: Calibration,
+def reduce_scatter(link: GroupLink, total_bytes: float, calib: Calibration,
                    aggregate_nics: bool = True) -> CollectiveTime:
     """Reduce-scatter of a ``total_bytes`` input buffer (nccl-tests' S)."""
     return _ring_gather(link, total_bytes, calib, "reduce_scatter", aggregate_nics)
 
 
-def all_to_all(link: GroupLinkLike, rank_bytes: float, calib: Calibration) -> CollectiveTime:
+def all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration) -> CollectiveTime:
     """All-to-all where each rank sends a ``rank_bytes`` buffer split among all ranks.
 
     Peers on the same node are reached over NVLink/PCIe and the rest over the GPU's own NIC
@@ -215,7 +198,7 @@ def all_to_all(link: GroupLinkLike, rank_bytes: float, calib: Calibration) -> Co
     return _result(time_s, "pairwise", moved)
 
 
-def send_recv(link: GroupLinkLike, nbytes: float, calib: Calibration) -> CollectiveTime:
+def send_recv(link: GroupLink, nbytes: float, calib: Calibration) -> CollectiveTime:
     """One point-to-point transfer between neighbours of the group (pipeline, CP ring)."""
     if link.size <= 1 or nbytes <= 0:
         return NO_TIME

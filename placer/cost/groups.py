@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from placer.cost.collectives import GroupLinkLike
+from placer.cost.collectives import GroupLink
 from placer.errors import InputError
 from placer.mesh import MeshGrid
 from placer.spec.cluster import Cluster
 from placer.spec.layout import Layout
 
-GroupLinks = dict[str, GroupLinkLike]
+GroupLinks = dict[str, GroupLink]
 """Links per dimension: tp, cp, pp, dp (the dp x cp gradient group), ep, etp, edp."""
 
 _CACHE_SIZE = 4096

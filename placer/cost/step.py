@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placer.cost import collectives as coll
-from placer.cost.collectives import CollectiveTime, GroupLinkLike
+from placer.cost.collectives import CollectiveTime, GroupLink
 from placer.cost.compute import (
     ACTIVATION_BYTES,
     ATTENTION_BACKWARD_RATIO,
@@ -55,7 +55,7 @@ class _Ledger:
 
     rows: dict[tuple[str, str], CollectiveCost] = field(default_factory=dict)
 
-    def add(self, dimension: str, collective: str, link: GroupLinkLike, nbytes: float,
+    def add(self, dimension: str, collective: str, link: GroupLink, nbytes: float,
             one: CollectiveTime, calls: float, exposed_s: float) -> None:
         if one.time_s <= 0 or calls <= 0:
             return
@@ -198,7 +198,7 @@ class _PerLayer:
     """Collectives one layer issues per micro-batch, and the part on the critical path."""
 
     dimension: str
-    items: tuple[tuple[str, GroupLinkLike, float, CollectiveTime, float], ...]
+    items: tuple[tuple[str, GroupLink, float, CollectiveTime, float], ...]
     exposed_s: float
 
     def record(self, ledger: _Ledger, layers_times_microbatches: float, exposed_s: float) -> None:
@@ -248,7 +248,7 @@ def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibr
 
 
 def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-             tokens: float) -> tuple[float, CollectiveTime, GroupLinkLike]:
+             tokens: float) -> tuple[float, CollectiveTime, GroupLink]:
     """One ring step of CP: this rank's K and V chunk sent to its neighbour."""
     link = links["cp"]
     kv_local = max(model.kv_heads / layout.tp, 1.0)
@@ -290,7 +290,7 @@ class _ZeroTraffic:
     gather_s: float  # one all-gather of the stage's parameters (ZeRO-3)
     scatter_s: float  # one reduce-scatter of its gradients (ZeRO-2/3)
     gathers: int  # all-gathers per micro-batch
-    link: GroupLinkLike
+    link: GroupLink
     gather: CollectiveTime
     gather_bytes: float
     scatter: CollectiveTime
@@ -424,9 +424,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     mean_bwd = sum(t.compute.backward_s + t.compute.recompute_s for t in stage_times) / len(
         stage_times)
     worst = 0.0
-    rows: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]] = []
+    rows: list[tuple[str, GroupLink, float, CollectiveTime, float]] = []
     nics = not per_step_zero3  # ZeRO-3 shards: each GPU's own NIC share (_zero_traffic)
-    memo: dict[tuple[float, float], list[tuple[str, GroupLinkLike, float, CollectiveTime,
+    memo: dict[tuple[float, float], list[tuple[str, GroupLink, float, CollectiveTime,
                                               float]]] = {}
     for shape, times in zip(shapes, stage_times, strict=True):
         params = stage_params(model, layout, shape)
@@ -455,9 +455,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
 
 def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration,
               opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool, nics: bool
-              ) -> list[tuple[str, GroupLinkLike, float, CollectiveTime, float]]:
+              ) -> list[tuple[str, GroupLink, float, CollectiveTime, float]]:
     """The once-per-step collectives of one stage: (name, link, bytes, time, last-bucket share)."""
-    parts: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]] = []
+    parts: list[tuple[str, GroupLink, float, CollectiveTime, float]] = []
     for share, link_key in ((dense, "dp"), (expert, "edp")):
         if share <= 0 or link_key not in links or links[link_key].size <= 1:
             continue
@@ -477,7 +477,7 @@ def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration
     return parts
 
 
-def _bucketed_exposed(parts: list[tuple[str, GroupLinkLike, float, CollectiveTime, float]],
+def _bucketed_exposed(parts: list[tuple[str, GroupLink, float, CollectiveTime, float]],
                       window_s: float, calib: Calibration) -> float:
     """Exposed time of bucketed traffic overlapping a compute window of ``window_s``."""
     if not parts:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placer.cost.collectives import GroupLinkLike
+from placer.cost.collectives import GroupLink
 from placer.spec.profile import GemmProfile, LinkClassProfile, LinkMeasurement, LinkProfile
 from placer.verify.calibrate import coefficients
 from placer.verify.fit import AlphaBetaFit, TimedPoint, fit_alpha_beta
@@ -44,7 +44,7 @@ class OpSample:
     dimension: str
     message_bytes: int
     group_size: int
-    link: GroupLinkLike
+    link: GroupLink
     measured_s: float
 
 
@@ -73,7 +73,7 @@ class Feedback:
     skipped: tuple[str, ...]
 
 
-def profile_class(link: GroupLinkLike) -> str | None:
+def profile_class(link: GroupLink) -> str | None:
     """The profile section an op's time measures, or None if it mixes classes."""
     if link.size <= 1:
         return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placer.cost import collectives as coll
-from placer.cost.collectives import CollectiveTime, GroupLinkLike
+from placer.cost.collectives import CollectiveTime, GroupLink
 from placer.cost.compute import gemm_time
 from placer.cost.groups import GroupLinks
 from placer.cost.params import stage_shapes
@@ -94,7 +94,7 @@ class ReplayProgram:
     gemm_call_s: float
     predicted_step_s: float
     predicted_parts: dict[str, float] = field(default_factory=dict)
-    kind_links: tuple[GroupLinkLike, ...] = field(default=(), compare=False, repr=False)
+    kind_links: tuple[GroupLink, ...] = field(default=(), compare=False, repr=False)
 
     def document(self) -> dict[str, Any]:
         """What the replay worker reads (besides the rank map)."""
@@ -108,7 +108,7 @@ def _split(total: int, slots: int) -> list[int]:
     return [((k + 1) * total) // slots - (k * total) // slots for k in range(slots)]
 
 
-def link_for(row: CollectiveCost, links: GroupLinks) -> tuple[str, GroupLinkLike]:
+def link_for(row: CollectiveCost, links: GroupLinks) -> tuple[str, GroupLink]:
     """The group a ledger row runs on: its dimension's, or the expert-dp group for expert
     gradients (the ledger keeps both under "dp" and tells them apart by group size)."""
     key = "dp" if row.dimension == "zero" else row.dimension
@@ -121,7 +121,7 @@ def link_for(row: CollectiveCost, links: GroupLinks) -> tuple[str, GroupLinkLike
                       f"{row.group_size}) has no matching group among {sorted(links)}")
 
 
-def time_call(collective: str, link: GroupLinkLike, nbytes: int, calib: Calibration
+def time_call(collective: str, link: GroupLink, nbytes: int, calib: Calibration
               ) -> CollectiveTime:
     """The cost model's time of one call of ``nbytes`` on ``link``."""
     return COLLECTIVE_FUNCTIONS[collective](link, nbytes, calib)
@@ -163,11 +163,11 @@ class _Kinds:
     def __init__(self, links: GroupLinks, calib: Calibration) -> None:
         self.links, self.calib = links, calib
         self.kinds: list[OpKind] = []
-        self.kind_links: list[GroupLinkLike] = []
+        self.kind_links: list[GroupLink] = []
         self._index: dict[tuple[str, str, int, str], int] = {}
 
     def get(self, dimension: str, collective: str, nbytes: float, key: str,
-            link: GroupLinkLike) -> int:
+            link: GroupLink) -> int:
         size = real_bytes(collective, max(1, round(nbytes)), link.size)
         ident = (dimension, collective, size, key)
         if ident not in self._index:
