@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from placer.errors import PlacerError
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -39,11 +41,11 @@ def variants(cluster: Cluster, job: Job) -> list[tuple[str, Cluster, Job]]:
     """The variants worth a solver run, in the order the explanation lists them."""
     out: list[tuple[str, Cluster, Job]] = []
     gb = job.global_batch_size
-    out.append((f"twice the global batch ({2 * gb} sequences)", cluster,
-                _with_batch(job, 2 * gb)))
-    if gb % 2 == 0:
-        out.append((f"half the global batch ({gb // 2} sequences)", cluster,
-                    _with_batch(job, gb // 2)))
+    batches = [("twice", 2 * gb)] + ([("half", gb // 2)] if gb % 2 == 0 else [])
+    for word, batch in batches:
+        variant = _with_batch(job, batch)
+        if variant is not None:
+            out.append((f"{word} the global batch ({batch} sequences)", cluster, variant))
     if cluster.is_regular and 2 * cluster.num_gpus <= MAX_GPUS_FOR_MORE_NODES:
         bigger = cluster.with_nodes(2 * cluster.num_nodes)
         out.append((f"twice the nodes ({bigger.num_nodes} nodes, {bigger.num_gpus} GPUs)", bigger,
@@ -51,8 +53,12 @@ def variants(cluster: Cluster, job: Job) -> list[tuple[str, Cluster, Job]]:
     return out
 
 
-def _with_batch(job: Job, global_batch: int) -> Job:
-    return Job.model_validate({**job.model_dump(), "global_batch_size": global_batch})
+def _with_batch(job: Job, global_batch: int) -> Job | None:
+    """The job with another global batch; None where that batch is outside a job's range."""
+    try:
+        return Job.model_validate({**job.model_dump(), "global_batch_size": global_batch})
+    except ValidationError:
+        return None
 
 
 def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn,
