@@ -34,9 +34,10 @@ def topology_group() -> None:
 @click.option("--nodes", type=click.IntRange(min=1, max=1_000_000),
               help="nodes in the pool with --cluster (default 1; scale later with --nodes)")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              help="write the YAML here (replaced whole, never half-written); default: stdout")
+              help="write the YAML here (whole, never half-written); default: stdout")
+@click.option("--force", is_flag=True, help="replace the --out file if it exists")
 def import_command(file: Path, name: str | None, gpu: str | None, nic_rate_gbps: float | None,
-                   as_cluster: bool, nodes: int | None, out: Path | None) -> None:
+                   as_cluster: bool, nodes: int | None, out: Path | None, force: bool) -> None:
     """Describe a server from `nvidia-smi topo -m` output or an NCCL topology dump.
 
     FILE is the text `nvidia-smi topo -m` prints, or the XML NCCL writes with
@@ -81,7 +82,7 @@ def import_command(file: Path, name: str | None, gpu: str | None, nic_rate_gbps:
     if out is None:
         click.echo(yaml_text, nl=False)
         return
-    _write_whole(out, yaml_text)
+    _write_whole(out, yaml_text, force)
     node_type = imported.node_type
     click.echo(f"wrote {kind} {node_name!r} to {out}: {node_type.gpus_per_node}x "
                f"{node_type.gpu.name}, {node_type.fabric.kind}, {len(node_type.nics)} NICs")
@@ -99,10 +100,13 @@ def _node_name(name: str | None, file: Path) -> str:
     return stem or "imported-node"
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """Write through a temporary file and rename, so a failure leaves no partial file."""
+def _write_whole(path: Path, text: str, force: bool) -> None:
+    """Write through a temporary file and rename, so a failure leaves no partial file; an
+    existing file is replaced only with ``force``."""
     if not path.parent.is_dir():
         raise PlacerError(f"--out: folder {path.parent} does not exist")
+    if path.exists() and not force:
+        raise PlacerError(f"--out: {path} already exists; pass --force to replace it")
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text, encoding="utf-8")
