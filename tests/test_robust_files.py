@@ -555,3 +555,21 @@ def test_imported_topologies_with_junk_numbers(tmp_path: Path,
         assert "Traceback" not in err
         if code != 0:
             _assert_one_line_error(code, err)
+
+
+def test_topology_import_out_needs_force(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    sample = Path(__file__).parent / "data" / "topo" / "pcie_8gpu.txt"
+    out = tmp_path / "node.yaml"
+    args = ["topology", "import", str(sample), "--gpu", "L40S", "--out", str(out)]
+    assert _cli(args, capsys)[0] == 0
+    out.write_text("# edited by hand\n")
+    code, _, err = _cli(args, capsys)
+    _assert_one_line_error(code, err)
+    assert "--force" in err and out.read_text() == "# edited by hand\n"
+    with fail_at_move(1):
+        code, _, err = _cli([*args, "--force"], capsys)
+    _assert_one_line_error(code, err)
+    assert _snapshot(tmp_path) == {"node.yaml": b"# edited by hand\n"}
+    assert _cli([*args, "--force"], capsys)[0] == 0
+    assert out.read_text().startswith("#") and "gpus_per_node: 8" in out.read_text()
