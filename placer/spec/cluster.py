@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from placer.spec.base import Spec
+from placer.spec.base import MIN_BYTES_PER_S, Spec
 from placer.spec.gpu import GPU
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -29,7 +29,7 @@ class IntraNodeFabric(Spec):
     )
     nvlink_generation: int | None = Field(default=None, ge=1, le=6)
     nvlink_bandwidth_bytes_per_s: float | None = Field(
-        default=None, gt=0, description="NVLink line rate per GPU per direction"
+        default=None, ge=MIN_BYTES_PER_S, description="NVLink line rate per GPU per direction"
     )
     nvlink_domain_size: int | None = Field(
         default=None,
@@ -41,7 +41,8 @@ class IntraNodeFabric(Spec):
         default_factory=list, description="for nvlink_bridge: local GPU indices joined by NVLink"
     )
     pcie_bandwidth_bytes_per_s: float = Field(
-        gt=0, description="PCIe rate per GPU per direction (Gen4 x16: 32e9, Gen5 x16: 64e9)"
+        ge=MIN_BYTES_PER_S,
+        description="PCIe rate per GPU per direction (Gen4 x16: 32e9, Gen5 x16: 64e9)"
     )
     pcie_switch_groups: list[list[int]] = Field(
         default_factory=list, description="local GPUs under one PCIe switch (PIX/PXB)"
@@ -63,7 +64,8 @@ class NIC(Spec):
     """A network adapter port used for training traffic; ``gpus`` share it (a rail each)."""
 
     name: str = Field(pattern=NAME_PATTERN, max_length=32, description="RDMA device, e.g. mlx5_0")
-    rate_gbps: float = Field(gt=0, le=10_000, description="line rate in Gb/s (bits): NDR = 400")
+    rate_gbps: float = Field(ge=MIN_BYTES_PER_S * 8 / 1e9, le=10_000,
+                             description="line rate in Gb/s (bits): NDR = 400")
     gpus: list[int] = Field(min_length=1, description="local GPU indices closest to this NIC")
     netdev: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=32)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from placer.spec.base import Spec
+from placer.spec.base import MIN_BYTES_PER_S, MIN_FLOPS, Spec
 
 
 class GPU(Spec):
@@ -12,11 +12,12 @@ class GPU(Spec):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
     memory_bytes: int = Field(gt=0, le=10**14, description="HBM capacity in bytes")
-    bf16_flops: float = Field(gt=0, le=1e17, description="dense BF16 peak, FLOP/s")
+    bf16_flops: float = Field(ge=MIN_FLOPS, le=1e17, description="dense BF16 peak, FLOP/s")
     fp8_flops: float | None = Field(
-        default=None, gt=0, le=1e17, description="dense FP8 peak, FLOP/s; null if unsupported"
+        default=None, ge=MIN_FLOPS, le=1e17,
+        description="dense FP8 peak, FLOP/s; null if unsupported"
     )
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0, le=1e15)
+    hbm_bandwidth_bytes_per_s: float = Field(ge=MIN_BYTES_PER_S, le=1e15)
     usable_memory_bytes: int | None = Field(
         default=None,
         gt=0,

@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import Field
 
 from placer.errors import PlacerError
-from placer.spec.base import Spec
+from placer.spec.base import MIN_BYTES_PER_S, MIN_EFFICIENCY, Spec
 
 PROFILE_FORMAT = "placer-link-profile/1"
 CollectiveName = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -44,7 +44,8 @@ class LinkMeasurement(Spec):
 
     latency_s: float = Field(ge=0, le=1.0, description="per-step (per-hop) latency, seconds")
     bandwidth_bytes_per_s: float = Field(
-        gt=0, le=1e14, description="bus bandwidth per GPU (nccl-tests busbw), bytes/s"
+        ge=MIN_BYTES_PER_S, le=1e14,
+        description="bus bandwidth per GPU (nccl-tests busbw), bytes/s"
     )
 
 
@@ -67,15 +68,18 @@ class GemmProfile(Spec):
     large GEMMs approach ``max_efficiency``; one of ``half_efficiency_flops`` gets half of it.
     """
 
-    max_efficiency: float = Field(gt=0, le=1.0, description="large BF16 GEMMs, fraction of peak")
+    max_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1.0,
+                                  description="large BF16 GEMMs, fraction of peak")
     fp8_max_efficiency: float | None = Field(
-        default=None, gt=0, le=1.0, description="large FP8 GEMMs, fraction of the FP8 peak"
+        default=None, ge=MIN_EFFICIENCY, le=1.0,
+        description="large FP8 GEMMs, fraction of the FP8 peak"
     )
     half_efficiency_flops: float | None = Field(
         default=None, ge=0, le=1e16, description="GEMM size (FLOPs) that reaches half of the max"
     )
     attention_efficiency: float | None = Field(
-        default=None, gt=0, le=1.0, description="fused (flash) attention, fraction of BF16 peak"
+        default=None, ge=MIN_EFFICIENCY, le=1.0,
+        description="fused (flash) attention, fraction of BF16 peak"
     )
 
 
