@@ -193,3 +193,64 @@ def test_same_input_same_plan_in_process() -> None:
     first = run_case(model, cluster, job)
     second = run_case(model, cluster, job)
     assert first.kind == "plan" and first.plan_text == second.plan_text
+
+
+# Every positive hardware figure, pushed to the smallest and largest floats: refused as input, or
+# planned without a crash (a tiny bandwidth must not turn into an infinite step time).
+_HARDWARE_FIELDS = (
+    ("node_types", 0, "gpu", "bf16_flops"), ("node_types", 0, "gpu", "fp8_flops"),
+    ("node_types", 0, "gpu", "hbm_bandwidth_bytes_per_s"),
+    ("node_types", 0, "gpu", "usable_memory_bytes"), ("node_types", 0, "gpu", "memory_bytes"),
+    ("node_types", 0, "fabric", "nvlink_bandwidth_bytes_per_s"),
+    ("node_types", 0, "fabric", "pcie_bandwidth_bytes_per_s"),
+    ("node_types", 0, "nics", 0, "rate_gbps"), ("latency", "network_s"),
+    ("latency", "nvlink_s"), ("network", "oversubscription"),
+)
+
+
+@pytest.mark.parametrize("value", [5e-324, 1e-300, 1e-9, 1e300])
+@pytest.mark.parametrize("field", _HARDWARE_FIELDS, ids=lambda f: ".".join(map(str, f[2:])))
+def test_extreme_hardware_figures_are_refused_or_planned(field: tuple[Any, ...],
+                                                         value: float) -> None:
+    from placer.errors import PlacerError
+    from placer.spec.presets import validated
+
+    data = cluster_preset("dgx-h100").with_nodes(2).model_dump()
+    node = data
+    for key in field[:-1]:
+        node = node[key]
+    node[field[-1]] = value
+    try:
+        cluster = validated(Cluster, data, "cluster.yaml")
+    except PlacerError as exc:
+        assert "\n" not in str(exc)
+        return
+    _assert_not_a_crash(model_preset("llama3-8b"), cluster, JOB)
+
+
+@pytest.mark.parametrize("value", [5e-324, 1e-300, 1e-9])
+@pytest.mark.parametrize("field", [("intra_node", "bandwidth_bytes_per_s"),
+                                   ("inter_node", "bandwidth_bytes_per_s"),
+                                   ("gemm", "max_efficiency"), ("gemm", "attention_efficiency")])
+def test_extreme_link_profiles_are_refused_or_planned(field: tuple[str, str],
+                                                      value: float) -> None:
+    from placer.errors import PlacerError
+    from placer.spec.presets import validated
+    from placer.spec.profile import LinkProfile
+
+    data: dict[str, Any] = {"intra_node": {"latency_s": 5e-6, "bandwidth_bytes_per_s": 3e11},
+                            "inter_node": {"latency_s": 1e-5, "bandwidth_bytes_per_s": 4e10},
+                            "gemm": {"max_efficiency": 0.6}}
+    data[field[0]][field[1]] = value
+    try:
+        profile = validated(LinkProfile, data, "profile.yaml")
+    except PlacerError as exc:
+        assert "\n" not in str(exc)
+        return
+    try:
+        rec = make_plan(model_preset("llama3-8b"), cluster_preset("dgx-h100").with_nodes(2), JOB,
+                        top_k=1, profile=profile, with_what_ifs=False)
+    except PlacerError as exc:
+        assert "\n" not in str(exc)
+        return
+    check_invariants(rec.plan)
