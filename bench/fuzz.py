@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
-from strategies import describe, run_case, triples  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from strategies import describe, profiles, run_case, triples  # noqa: E402
 
 DEFAULT_EXAMPLES = 10_000
 DEFAULT_SEED = 20261129
@@ -42,18 +43,23 @@ def fuzz(examples: int, seed_value: int) -> dict[str, object]:
     @seed(seed_value)
     @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(triples())
-    def one(triple: tuple[object, object, object]) -> None:
+    @given(triples(), st.one_of(st.none(), st.none(), st.none(), profiles()))
+    def one(triple: tuple[object, object, object], profile: object) -> None:
         model, cluster, job = triple
         started = time.perf_counter()
         what_ifs = sum(kinds.values()) % WHAT_IF_EVERY == 0
-        outcome = run_case(model, cluster, job, with_what_ifs=what_ifs)  # type: ignore[arg-type]
+        outcome = run_case(model, cluster, job, with_what_ifs=what_ifs,  # type: ignore[arg-type]
+                           profile=profile)  # type: ignore[arg-type]
         tags.update(["with what-ifs"] if what_ifs else [])
         elapsed = time.perf_counter() - started
         kinds[outcome.kind] += 1
         tags.update(outcome.tags)
         if outcome.kind == "crash":
             crashes.setdefault(outcome.detail, describe(model, cluster, job))  # type: ignore[arg-type]
+        done = sum(kinds.values())
+        if done % 500 == 0:
+            print(f"  [seed {seed_value}] {done} examples, {kinds['crash']} crashes",
+                  file=sys.stderr, flush=True)
         slowest.append((elapsed, describe(model, cluster, job)))  # type: ignore[arg-type]
         slowest.sort(reverse=True)
         del slowest[3:]

@@ -15,14 +15,17 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from hypothesis import strategies as st
 
 from placer.errors import PlacerError
 from placer.spec import Cluster, Job, Model
+from placer.spec.base import MIN_BYTES_PER_S, MIN_EFFICIENCY, MIN_FLOPS
 from placer.spec.presets import gpu_names
+from placer.spec.profile import LinkProfile
 
+T = TypeVar("T")
 HUGE_CLUSTER_GPUS = 100_000
 ONE_MILLION_TOKENS = 1 << 20
 VOCAB_256K = 256 * 1024
@@ -33,9 +36,18 @@ _CUSTOM_GPUS = (
      "hbm_bandwidth_bytes_per_s": 0.9e12},
     {"name": "huge-288GB", "memory_bytes": 288 * 10**9, "bf16_flops": 2.5e15,
      "fp8_flops": 5e15, "hbm_bandwidth_bytes_per_s": 8e12},
+    # The spec's floors and ceilings: every time the cost model derives must stay finite.
+    {"name": "floor", "memory_bytes": 2**30, "bf16_flops": MIN_FLOPS,
+     "hbm_bandwidth_bytes_per_s": MIN_BYTES_PER_S},
+    {"name": "ceiling", "memory_bytes": 10**14, "bf16_flops": 1e17, "fp8_flops": 1e17,
+     "hbm_bandwidth_bytes_per_s": 1e15},
 )
+# Link rates from the spec's floor to far beyond any real link.
+_BYTES_PER_S = (MIN_BYTES_PER_S, 16e9, 32e9, 64e9, 1e15)
+_NVLINK_BYTES_PER_S = (MIN_BYTES_PER_S, 50e9, 300e9, 450e9, 900e9, 1e15)
+_NIC_GBPS = (MIN_BYTES_PER_S * 8 / 1e9, 100, 200, 400, 10_000)
 
-def _mostly(common: tuple[int, ...], rest: st.SearchStrategy[int]) -> st.SearchStrategy[int]:
+def _mostly(common: tuple[T, ...], rest: st.SearchStrategy[T]) -> st.SearchStrategy[T]:
     """Usually a common value, one time in four anything in range (one_of picks evenly)."""
     usual = st.sampled_from(common)
     return st.one_of(usual, usual, usual, rest)
@@ -112,10 +124,10 @@ def _chunks(n: int, size: int) -> list[list[int]]:
 def fabrics(draw: st.DrawFn, gpus_per_node: int) -> dict[str, Any]:
     kind = draw(st.sampled_from(("nvswitch", "nvswitch", "nvlink_bridge", "pcie")))
     fabric: dict[str, Any] = {"kind": kind, "pcie_bandwidth_bytes_per_s":
-                              draw(st.sampled_from((16e9, 32e9, 64e9)))}
+                              draw(_mostly(_BYTES_PER_S[1:4], st.sampled_from(_BYTES_PER_S)))}
     if kind != "pcie":
-        fabric["nvlink_bandwidth_bytes_per_s"] = draw(st.sampled_from((50e9, 300e9, 450e9,
-                                                                       900e9)))
+        fabric["nvlink_bandwidth_bytes_per_s"] = draw(
+            _mostly(_NVLINK_BYTES_PER_S[1:5], st.sampled_from(_NVLINK_BYTES_PER_S)))
     if kind == "nvswitch":
         # The node itself, or a domain spanning trays (GB200 NVL72: 18 trays of 4).
         fabric["nvlink_domain_size"] = draw(st.sampled_from(
@@ -134,9 +146,9 @@ def fabrics(draw: st.DrawFn, gpus_per_node: int) -> dict[str, Any]:
 def node_types(draw: st.DrawFn, name: str, gpus_per_node: int) -> dict[str, Any]:
     gpu = draw(st.sampled_from(gpu_names()) | st.sampled_from(_CUSTOM_GPUS))
     nic_share = draw(st.sampled_from((0, 1, 1, 2, 4, gpus_per_node)))
-    nics = [{"name": f"mlx5_{i}", "rate_gbps": draw(st.sampled_from((100, 200, 400))),
-             "gpus": chunk} for i, chunk in enumerate(_chunks(gpus_per_node, nic_share))
-            ] if nic_share else []
+    rate = _mostly(_NIC_GBPS[1:4], st.sampled_from(_NIC_GBPS))
+    nics = [{"name": f"mlx5_{i}", "rate_gbps": draw(rate), "gpus": chunk}
+            for i, chunk in enumerate(_chunks(gpus_per_node, nic_share))] if nic_share else []
     return {"name": name, "gpu": gpu, "gpus_per_node": gpus_per_node,
             "fabric": draw(fabrics(gpus_per_node)), "nics": nics}
 
@@ -238,6 +250,22 @@ def jobs(draw: st.DrawFn) -> Job:
 def triples(huge: bool | None = None,
             max_nodes: int = 64) -> st.SearchStrategy[tuple[Model, Cluster, Job]]:
     return st.tuples(models(), clusters(huge, max_nodes), jobs())
+
+
+@st.composite
+def profiles(draw: st.DrawFn) -> LinkProfile:
+    """A measured link profile (``--profile``), from the spec's floors to far beyond real links."""
+    def link() -> dict[str, Any]:
+        return {"latency_s": draw(st.sampled_from((0.0, 2e-6, 1e-4, 1.0))),
+                "bandwidth_bytes_per_s": draw(st.sampled_from((MIN_BYTES_PER_S, 5e7, 4e10,
+                                                               3e11, 1e14)))}
+    data: dict[str, Any] = {"intra_node": link(), "inter_node": link()}
+    if draw(st.booleans()):
+        data["intra_node"]["collectives"] = {"all_reduce": link()}
+    if draw(st.booleans()):
+        data["gemm"] = {"max_efficiency": draw(st.sampled_from((MIN_EFFICIENCY, 0.3, 1.0))),
+                        "half_efficiency_flops": draw(st.sampled_from((0.0, 1e9, 1e16)))}
+    return LinkProfile.model_validate(data)
 
 
 # ----- edge-case tags -------------------------------------------------------------------------
@@ -402,7 +430,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_case(model: Model, cluster: Cluster, job: Job, *, top_k: int = 3,
-             with_what_ifs: bool = False, launch_candidates: int = 1) -> Outcome:
+             with_what_ifs: bool = False, launch_candidates: int = 1,
+             profile: LinkProfile | None = None) -> Outcome:
     """Recommend as ``recommend-layout`` does, build and render the plan, check it.
 
     The result is a plan that keeps every promise, a one-line reason, or a crash. ``with_what_ifs``
@@ -411,9 +440,10 @@ def run_case(model: Model, cluster: Cluster, job: Job, *, top_k: int = 3,
     from placer.report.plan import make_plan, plan_json
     from placer.report.tables import render_text
 
-    tags = edge_tags(model, cluster, job)
+    tags = edge_tags(model, cluster, job) + (["link profile"] if profile else [])
     try:
-        rec = make_plan(model, cluster, job, top_k=top_k, with_what_ifs=with_what_ifs)
+        rec = make_plan(model, cluster, job, top_k=top_k, with_what_ifs=with_what_ifs,
+                        profile=profile)
         render_text(rec)
         check_invariants(rec.plan, launch_candidates)
         return Outcome("plan", candidates=len(rec.plan.candidates),

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import (
     InvariantError,
     check_invariants,
     describe,
     edge_tags,
+    profiles,
     run_case,
     triples,
 )
@@ -26,6 +28,7 @@ from strategies import (
 from placer.report.plan import make_plan
 from placer.spec import Cluster, Job, Model
 from placer.spec.presets import cluster_preset, model_preset
+from placer.spec.profile import LinkProfile
 
 CI = settings(max_examples=300, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
@@ -41,9 +44,9 @@ def test_random_triples_end_in_a_plan_or_a_one_line_reason() -> None:
     kinds: Counter[str] = Counter()
 
     @CI
-    @given(triples(huge=False, max_nodes=16))
-    def check(triple: tuple[Model, Cluster, Job]) -> None:
-        kinds[_assert_not_a_crash(*triple)] += 1
+    @given(triples(huge=False, max_nodes=16), st.none() | profiles())
+    def check(triple: tuple[Model, Cluster, Job], profile: LinkProfile | None) -> None:
+        kinds[_assert_not_a_crash(*triple, profile=profile)] += 1
 
     check()
     total = sum(kinds.values())
