@@ -531,6 +531,11 @@ def test_layout_files_and_flags_with_junk_numbers(capsys: pytest.CaptureFixture[
             if code != 0:
                 _assert_one_line_error(code, err)
                 assert "int()" not in err  # the user's words, not Python's
+            code, _, err = _cli(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                                 "--seq-len", "4096", "--global-batch", "64",
+                                 "--layout", f"{key}={value}"], capsys)
+            if code != 0:
+                _assert_one_line_error(code, err)
 
     check()
 
