@@ -133,7 +133,7 @@ def _jean_zay(nodes: int) -> Cluster:
 # wire speed even at 32 Gb/s (nccl#209); no measurement on this fabric was found, so the figure
 # is a hardware constant fitted by bench/fit_compute.py over all BLOOM rows (the only runs on
 # it) and handed to the cost model the way a measured link profile would be.
-JEAN_ZAY_NETWORK_BUSBW = 1.5e9
+JEAN_ZAY_NETWORK_BUSBW = 1.47e9
 JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
 
 
@@ -534,7 +534,7 @@ def summarize(outcomes: list[Outcome], pairs: list[dict[str, Any]]) -> Summary:
 
 
 def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
-    """A ``tune`` function that sets GEMM fields per family and the element-wise factor."""
+    """A ``tune`` function that sets GEMM fields per family and the shared fitted constants."""
     def apply(calib: Calibration) -> Calibration:
         from placer.cost.profile import gpu_family
 
@@ -545,12 +545,15 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
             gemm = gemm.model_copy(update=per_family)
         factor = values.get("elementwise_traffic_factor", calib.elementwise_traffic_factor)
         overlap = values.get("overlap_efficiency", calib.overlap_efficiency)
+        dispatch = values.get("moe_dispatch_s_per_routed_token",
+                              calib.moe_dispatch_s_per_routed_token)
         profile = calib.profile
         network = values.get("networks", {}).get(profile.cluster if profile else None)
         if network is not None:
             profile = jean_zay_profile(network)
         return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
-                       overlap_efficiency=overlap, profile=profile)
+                       overlap_efficiency=overlap, profile=profile,
+                       moe_dispatch_s_per_routed_token=dispatch)
     return apply
 
 

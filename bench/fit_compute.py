@@ -2,12 +2,13 @@
 
 A handful of hardware constants are fitted jointly over every measured row of the published-runs
 calibration set (never row by row): per GPU family the achievable fraction of peak for large BF16
-GEMMs, for FP8 GEMMs and for fused attention, and the GEMM size that reaches half of it; two
-constants shared by all families (element-wise memory traffic per stored activation byte, and the
-fraction of overlapped communication that overlap hides); and the NCCL bus bandwidth of the one
+GEMMs, for FP8 GEMMs and for fused attention, and the GEMM size that reaches half of it; three
+constants shared by all families (element-wise memory traffic per stored activation byte, the
+fraction of overlapped communication that overlap hides, and the MoE token dispatcher's time per
+routed token copy, fitted only where MoE rows exist); and the NCCL bus bandwidth of the one
 fabric in the set with no published measurement (Jean Zay's Omni-Path, used by the BLOOM rows).
 The loss is the mean absolute log error of throughput, so a few rows the model cannot describe
-(small-expert MoE) do not dominate it. A family's FP8 and attention figures are fitted only where
+do not dominate it. A family's FP8 and attention figures are fitted only where
 it has rows that use them. Coordinate search over a shrinking grid: deterministic, a minute or two.
 
 Prints the fitted values (paste them into placer/cost/profile.py and JEAN_ZAY_NETWORK_BUSBW in
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy  # noqa: E402
 
-GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency")
+GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token")
 
 # (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
 # cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
@@ -36,14 +37,21 @@ ROUNDS = 8
 CYCLES = 6
 # Fixed starting point, so the fit does not depend on the constants it is asked to refit.
 START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network": 5e9,
+         "moe_dispatch_s_per_routed_token": 0.0,
          "max_efficiency": 0.6, "fp8_max_efficiency": 0.5, "half_efficiency_flops": 1e10,
          "attention_efficiency": 0.5}
+
+# Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one).
+STEP_FLOOR = {"half_efficiency_flops": 1e9, "network": 1e9,
+              "moe_dispatch_s_per_routed_token": 1e-8}
 
 
 def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
     """Only the constants some row exercises: FP8 needs FP8 rows, attention needs fused rows."""
     params: list[Parameter] = [("*", "elementwise_traffic_factor", 0.0, 20.0),
                                ("*", "overlap_efficiency", 0.0, 1.0)]
+    if any(c.model.moe is not None for c in cases):
+        params.append(("*", "moe_dispatch_s_per_routed_token", 0.0, 1e-6))
     if any(c.profile is not None for c in cases):
         params.append(("network", "jean-zay", 0.5e9, 12.5e9))
     for family in sorted({c.family for c in cases if not c.oom}):
@@ -108,7 +116,7 @@ def fit(cases: list[accuracy.Case]) -> dict[str, Any]:
         for _ in range(ROUNDS):
             for p in params:
                 current = get(values, p)
-                floor = 1e9 if "flops" in p[1] or p[0] == "network" else 0.05
+                floor = STEP_FLOOR.get(p[1], STEP_FLOOR["network"] if p[0] == "network" else 0.05)
                 scale = max(abs(current), floor)
                 for factor in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0):
                     candidate = min(p[3], max(p[2], current + factor * step * scale))

@@ -174,3 +174,39 @@ def test_fp8_gemms_pay_the_same_fixed_time_per_kernel() -> None:
     assert fixed["fp8"] == pytest.approx(fixed["bf16"])
     assert calib.half_efficiency_flops("bf16") == calib.gemm.half_efficiency_flops
     assert calib.half_efficiency_flops("fp8") > calib.half_efficiency_flops("bf16")
+
+
+def test_dispatcher_bookkeeping_is_charged_per_routed_token_copy() -> None:
+    # Each pass pays the fitted time per token copy this GPU's experts take, whatever the hidden
+    # size: top-4 of 2048 tokens is 8192 copies, and doubling top_k doubles the charge.
+    job = Job(seq_len=2048, global_batch_size=8)
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    assert calib.moe_dispatch_s_per_routed_token > 0
+    balanced = CostOptions(moe_load_imbalance=1.0)
+    work = layer_work(SMALL_MOE, job, Layout(dp=4, ep=4), True, balanced)
+    assert work.routed_tokens == 2048 * 4
+    assert layer_work(SMALL_MOE, job, Layout(dp=4, ep=4), False).routed_tokens == 0.0
+    with_it = pass_times(work, calib, "bf16", "none")
+    without = pass_times(work, replace(calib, moe_dispatch_s_per_routed_token=0.0), "bf16",
+                         "none")
+    one_pass = 2048 * 4 * calib.moe_dispatch_s_per_routed_token
+    assert with_it.forward_s - without.forward_s == pytest.approx(one_pass)
+    assert with_it.backward_s - without.backward_s == pytest.approx(one_pass)
+    moe = SMALL_MOE.moe
+    assert moe is not None
+    top8 = SMALL_MOE.model_copy(update={"moe": moe.model_copy(update={"top_k": 8})})
+    assert layer_work(top8, job, Layout(dp=4, ep=4), True, balanced).routed_tokens == 2048 * 8
+    wide = SMALL_MOE.model_copy(update={"hidden_size": 2048, "num_attention_heads": 16})
+    assert layer_work(wide, job, Layout(dp=4, ep=4), True, balanced).routed_tokens == 2048 * 4
+
+
+def test_a_measured_profile_replaces_the_dispatcher_constant() -> None:
+    from placer.spec.profile import GemmProfile, LinkProfile
+
+    cluster = cluster_preset("dgx-h100")
+    profile = LinkProfile(gemm=GemmProfile(max_efficiency=0.7,
+                                           moe_dispatch_s_per_routed_token=0.0))
+    assert calibration_for(cluster, profile).moe_dispatch_s_per_routed_token == 0.0
+    plain = LinkProfile(gemm=GemmProfile(max_efficiency=0.7))
+    assert (calibration_for(cluster, plain).moe_dispatch_s_per_routed_token
+            == calibration_for(cluster).moe_dispatch_s_per_routed_token)

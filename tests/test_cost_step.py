@@ -188,3 +188,25 @@ def test_moe_all_to_all_moves_top_k_copies_forward_and_backward() -> None:
     assert rows["none"].message_bytes == 4096 * 8 * 2048 * 2
     assert rows["none"].calls_per_step == 4 * 48
     assert rows["full"].calls_per_step == 6 * 48
+
+
+def test_fp8_speeds_up_the_layers_but_not_the_output_layer() -> None:
+    # FP8 recipes leave the output layer in BF16, so FP8 saves exactly the layers' GEMM time.
+    from placer.cost.compute import layer_work, pass_times
+    from placer.cost.profile import calibration_for
+
+    cluster = cluster_preset("dgx-h100")
+    model = Model(name="big-vocab", num_layers=2, hidden_size=4096, num_attention_heads=32,
+                  ffn_hidden_size=16384, vocab_size=256000)
+    layout = Layout(micro_batch_size=1)
+    calib = calibration_for(cluster)
+    compute = {}
+    layers = {}
+    for precision in ("bf16", "fp8"):
+        job = Job(seq_len=2048, global_batch_size=4, precision=precision)
+        compute[precision] = estimate(model, cluster, job, layout).breakdown.compute_s
+        work = layer_work(model, job, layout, False)
+        layers[precision] = pass_times(work, calib, precision, "none").total_s
+    saved = 4 * 2 * (layers["bf16"] - layers["fp8"])  # 4 micro-batches of 2 layers
+    assert saved > 0
+    assert compute["bf16"] - compute["fp8"] == pytest.approx(saved, rel=1e-9)

@@ -14,9 +14,11 @@ Time of a GEMM of F FLOPs is ``(F + F_half) / (peak x max_efficiency)``: efficie
 them; ``F_half / (peak x max_efficiency)`` is a fixed time per GEMM kernel, the same at FP8.
 Element-wise kernels are memory bound: their traffic is proportional to the activations a layer
 stores, moved at HBM bandwidth. Mixture-of-experts layers add the token dispatcher's own memory
-passes (permute, sort by expert, unpermute, router softmax/top-k), charged at HBM bandwidth, and
-run each local expert as its own GEMM of ``tokens_per_expert`` rows (a grouped GEMM's per-expert
-problem), so small experts fall down the efficiency curve. Constants: placer/cost/profile.py.
+passes (permute, sort by expert, unpermute, router softmax/top-k), charged at HBM bandwidth, plus
+a fitted time per routed token copy for the dispatcher's bookkeeping, and run each local expert as
+its own GEMM of ``tokens_per_expert`` rows (a grouped GEMM's per-expert problem), so small experts
+fall down the efficiency curve. The output layer runs in BF16 even in FP8 recipes (step.py).
+Constants: placer/cost/profile.py.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class LayerWork:
     score_bytes: float = 0.0  # unfused attention's s x s scores, softmax and dropout
     attention_gemms: tuple[tuple[float, int], ...] = ()  # unfused attention's batched GEMMs
     dispatch_bytes: float = 0.0  # MoE token dispatcher and router traffic (forward)
+    routed_tokens: float = 0.0  # token copies this GPU's experts take (MoE layers)
 
     @property
     def gemm_flops(self) -> float:
@@ -96,7 +99,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         attention = 0.0
         attention_gemms = ((2 * tokens * a * d * job.seq_len / t, 2),)
         score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
-    dispatch = 0.0
+    dispatch, routed = 0.0, 0.0
     if moe_layer and model.moe is not None:
         moe = model.moe
         rep = 1.0 / t if layout.sequence_parallel else 1.0
@@ -123,7 +126,8 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     stored = activation_bytes_per_token(model, layout, moe_layer, moe_load_imbalance=imbalance)
     return LayerWork(gemms=tuple(gemms), attention_flops=attention,
                      elementwise_bytes=stored.total * tokens, score_bytes=score_bytes,
-                     attention_gemms=attention_gemms, dispatch_bytes=dispatch)
+                     attention_gemms=attention_gemms, dispatch_bytes=dispatch,
+                     routed_tokens=routed)
 
 
 def moe_dispatch_bytes(model: Model, layout: Layout, tokens: float, routed: float) -> float:
@@ -217,7 +221,9 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     memory = factor * work.elementwise_bytes / bandwidth
     scores = factor * work.score_bytes / bandwidth
     # Permutations are pure data movement: the backward permutes the gradients once more.
-    dispatch = work.dispatch_bytes / (bandwidth * HBM_EFFICIENCY)
+    # The dispatcher's per-token-copy bookkeeping (fitted, see profile.py) runs in both passes.
+    dispatch = (work.dispatch_bytes / (bandwidth * HBM_EFFICIENCY)
+                + work.routed_tokens * calib.moe_dispatch_s_per_routed_token)
     forward = linear + attn_gemm + fused + memory + scores + dispatch
     backward = (2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused
                 + 2 * (memory + scores) + dispatch)

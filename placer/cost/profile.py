@@ -46,9 +46,9 @@ NETWORK_EFFICIENCY = 47.0 / 50.0
 GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # A100 rows all ran unfused attention (2021-2022), so attention_efficiency is not fitted
     # there and fused attention falls back to max_efficiency.
-    "A100": GemmProfile(max_efficiency=0.706, half_efficiency_flops=4.76e9),
-    "H100": GemmProfile(max_efficiency=0.794, fp8_max_efficiency=0.674,
-                        half_efficiency_flops=2.46e10, attention_efficiency=0.202),
+    "A100": GemmProfile(max_efficiency=0.711, half_efficiency_flops=5.86e9),
+    "H100": GemmProfile(max_efficiency=0.787, fp8_max_efficiency=0.68,
+                        half_efficiency_flops=1.85e10, attention_efficiency=0.201),
 }
 # Families without calibration rows borrow a measured one: H200 is the same GH100 die as H100
 # [conventions.md 5.3]; Blackwell and Ada have no published rows in the calibration set, so they
@@ -57,11 +57,22 @@ FAMILY_FALLBACK = {"H200": "H100", "B200": "H100", "GB200": "H100", "L40S": "A10
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.46
+ELEMENTWISE_TRAFFIC_FACTOR = 2.5
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. Fitted by bench/fit_compute.py jointly over all rows.
-OVERLAP_EFFICIENCY = 0.621
+OVERLAP_EFFICIENCY = 0.614
+# Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
+# beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
+# set's MoE rows (Megatron-Bridge's all-to-all dispatcher on H100: Qwen3-30B-A3B and GPT-OSS-120B,
+# hidden 2048 and 2880, FP8 and BF16, 16k-65k copies per layer and micro-batch). Their shortfall
+# against the rest of the model is proportional to the routed copies, not to the hidden size,
+# so it is charged per copy: the routing map's index work (nonzero, sorts, probability gathers,
+# chunk sorting by local expert) and the many small kernels of a fine-grained MoE layer that the
+# Megatron-Core MoE report calls its compute wall (arXiv:2603.07685, section 1). A time measured
+# on H100; other GPUs use it as is. Faster dispatchers (DeepEP, fused permutes) pay less: a
+# measured profile's ``moe_dispatch_s_per_routed_token`` replaces it.
+MOE_DISPATCH_S_PER_ROUTED_TOKEN = 1.03e-7
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
@@ -105,6 +116,7 @@ class Calibration:
     elementwise_traffic_factor: float
     overlap_efficiency: float
     profile: LinkProfile | None
+    moe_dispatch_s_per_routed_token: float = MOE_DISPATCH_S_PER_ROUTED_TOKEN
 
     def peak_flops(self, precision: str) -> float:
         if precision == "fp8" and self.peak_fp8_flops is not None:
@@ -135,6 +147,11 @@ class Calibration:
             return None
         section = self.profile.intra_node if link == "intra" else self.profile.inter_node
         return None if section is None else section.for_collective(collective)
+
+
+def _dispatch_s(profile: LinkProfile | None) -> float:
+    measured = profile.gemm.moe_dispatch_s_per_routed_token if profile and profile.gemm else None
+    return MOE_DISPATCH_S_PER_ROUTED_TOKEN if measured is None else measured
 
 
 def _used_node_types(cluster: Cluster) -> list[NodeType]:
@@ -181,4 +198,5 @@ def calibration_for(cluster: Cluster, profile: LinkProfile | None = None) -> Cal
         elementwise_traffic_factor=ELEMENTWISE_TRAFFIC_FACTOR,
         overlap_efficiency=OVERLAP_EFFICIENCY,
         profile=profile,
+        moe_dispatch_s_per_routed_token=_dispatch_s(profile),
     )

@@ -127,7 +127,10 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     dense = pass_times(dense_work, calib, precision, layout.recompute)
     moe = (pass_times(layer_work(model, job, layout, True, options), calib, precision,
                       layout.recompute) if model.moe is not None else ZERO_TIMES)
-    head = pass_times(logits_work(model, job, layout), calib, precision, layout.recompute,
+    # FP8 recipes keep the output layer in BF16: Megatron-Core's output_layer is a plain
+    # tensor_parallel.ColumnParallelLinear, not a Transformer Engine module, so fp8_autocast
+    # leaves it alone; torchtitan's float8 options name "output" as the module to filter.
+    head = pass_times(logits_work(model, job, layout), calib, "bf16", layout.recompute,
                       is_layer=False)
 
     tp_layer = _tp_per_layer(model, layout, links, calib, tokens)

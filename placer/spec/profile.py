@@ -81,6 +81,10 @@ class GemmProfile(Spec):
         default=None, ge=MIN_EFFICIENCY, le=1.0,
         description="fused (flash) attention, fraction of BF16 peak"
     )
+    moe_dispatch_s_per_routed_token: float | None = Field(
+        default=None, ge=0, le=1e-3,
+        description="MoE token dispatcher time per routed token copy per pass, seconds"
+    )
 
 
 class LinkProfile(Spec):
