@@ -210,3 +210,44 @@ def test_a_measured_profile_replaces_the_dispatcher_constant() -> None:
     plain = LinkProfile(gemm=GemmProfile(max_efficiency=0.7))
     assert (calibration_for(cluster, plain).moe_dispatch_s_per_routed_token
             == calibration_for(cluster).moe_dispatch_s_per_routed_token)
+
+
+def test_sliding_window_layers_attend_to_at_most_the_window() -> None:
+    from placer.cost.compute import attended_keys_per_query
+
+    dense = Model(name="d", num_layers=4, hidden_size=1024, num_attention_heads=8,
+                  ffn_hidden_size=4096, vocab_size=1000)
+    # min(i+1, w) averaged over i < s: w - w^2/(2s) for w <= s; a window as long as the
+    # sequence is plain causal attention (s/2); half the layers windowed average the two.
+    windowed = dense.model_copy(update={"sliding_window": 128})
+    assert attended_keys_per_query(dense, 4096) == 2048
+    assert attended_keys_per_query(windowed, 4096) == 128 - 128 * 128 / 8192
+    exact = sum(min(i + 1, 128) for i in range(4096)) / 4096
+    assert attended_keys_per_query(windowed, 4096) == pytest.approx(exact, rel=1e-3)
+    assert attended_keys_per_query(dense.model_copy(update={"sliding_window": 4096}), 4096) == 2048
+    assert attended_keys_per_query(dense.model_copy(update={"sliding_window": 9999}), 4096) == 2048
+    half = dense.model_copy(update={"sliding_window": 128, "sliding_window_layers": 2})
+    assert attended_keys_per_query(half, 4096) == (2048 + 126) / 2
+    assert attended_keys_per_query(half, 4096, causal=False) == (4096 + 128) / 2
+    # Fused attention work and model FLOPs follow; the projections do not change.
+    job = Job(seq_len=4096, global_batch_size=1)
+    full_work = layer_work(dense, job, Layout(), False)
+    half_work = layer_work(half, job, Layout(), False)
+    assert half_work.attention_flops / full_work.attention_flops == pytest.approx(1087 / 2048)
+    assert half_work.gemms == full_work.gemms
+    saved = 4 * 8 * 128 * (4096 - 128) * 2  # two windowed layers, non-causal convention
+    assert (forward_flops_per_token(dense, 4096) - forward_flops_per_token(half, 4096)
+            == pytest.approx(saved))
+
+
+def test_sliding_window_fields_are_validated() -> None:
+    from pydantic import ValidationError
+
+    base = dict(name="d", num_layers=4, hidden_size=1024, num_attention_heads=8,
+                ffn_hidden_size=4096, vocab_size=1000)
+    with pytest.raises(ValidationError, match="sliding_window_layers 5 exceeds num_layers 4"):
+        Model(**base, sliding_window=128, sliding_window_layers=5)
+    with pytest.raises(ValidationError, match="sliding_window is not"):
+        Model(**base, sliding_window_layers=2)
+    assert Model(**base, sliding_window_layers=0).num_sliding_window_layers == 0
+    assert Model(**base, sliding_window=64).num_sliding_window_layers == 4

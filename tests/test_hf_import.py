@@ -43,6 +43,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "gpt-oss-120b": dict(num_layers=36, hidden_size=2880, num_attention_heads=64, kv_heads=8,
                          attention_head_dim=64, ffn_hidden_size=2880, gated_mlp=True,
                          tied_embeddings=False, vocab_size=201088, max_seq_len=131072,
+                         sliding_window=128, num_sliding_window_layers=18,
                          moe=dict(num_experts=128, top_k=4, expert_ffn_hidden_size=2880,
                                   num_shared_experts=0, first_dense_layers=0,
                                   layer_frequency=1)),
@@ -93,6 +94,26 @@ def test_import_agrees_with_the_preset(hf_name: str, preset: str,
     imported = _import(_config(hf_name))
     reference = model_preset(preset)
     assert imported.model_copy(update={"name": preset, **differences}) == reference
+
+
+@pytest.mark.parametrize(("name", "changes", "window", "layers"), [
+    ("gpt-oss-120b", {}, 128, 18),  # layer_types alternates sliding and full attention
+    ("llama-3-8b", {"sliding_window": 4096}, 4096, 32),  # no layer_types: every layer (Mistral)
+    ("qwen2-7b", {}, None, 0),  # use_sliding_window: false turns the key off
+    ("mixtral-8x7b", {}, None, 0),  # sliding_window: null
+    ("gpt-oss-120b", {"layer_types": ["full_attention"] * 36}, None, 0),
+])
+def test_sliding_window_attention(name: str, changes: dict[str, Any], window: int | None,
+                                  layers: int) -> None:
+    model = _import({**_config(name), **changes})
+    assert model.sliding_window == window
+    assert model.num_sliding_window_layers == layers
+
+
+def test_layer_types_of_the_wrong_length_is_a_clear_error() -> None:
+    data = {**_config("gpt-oss-120b"), "layer_types": ["sliding_attention", "full_attention"]}
+    with pytest.raises(PlacerError, match="'layer_types'.*36 strings"):
+        _import(data)
 
 
 def test_deepseek_dense_and_moe_layers() -> None:

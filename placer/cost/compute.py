@@ -92,8 +92,9 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     score_bytes = 0.0
     attention_gemms: tuple[tuple[float, int], ...] = ()
     if options.flash_attention:
-        # Causal: each query attends on average to half of the full sequence (CP included).
-        attention = 4 * tokens * a * d * (job.seq_len / 2) / t
+        # Causal: each query attends on average to half of the full sequence (CP included), or
+        # to at most the window in sliding-window layers (averaged over the model's layers).
+        attention = 4 * tokens * a * d * attended_keys_per_query(model, job.seq_len) / t
     else:
         # Unfused: Q K^T and scores x V are batched GEMMs over the whole s x s square.
         attention = 0.0
@@ -128,6 +129,23 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      elementwise_bytes=stored.total * tokens, score_bytes=score_bytes,
                      attention_gemms=attention_gemms, dispatch_bytes=dispatch,
                      routed_tokens=routed)
+
+
+def attended_keys_per_query(model: Model, seq_len: int, causal: bool = True) -> float:
+    """Keys one query attends to, averaged over positions and over the model's layers.
+
+    Causal attention over ``s`` tokens sees ``s/2`` keys on average; a sliding window of ``w``
+    keys sees ``w - w^2/(2s)`` (``min(i+1, w)`` averaged over positions ``i``; equal to ``s/2`` at
+    ``w = s``), and FlashAttention skips the blocks outside the window. The non-causal count
+    (model FLOPs) is ``s``, or ``min(w, s)`` in a sliding-window layer.
+    """
+    window = min(model.sliding_window or seq_len, seq_len)
+    if causal:
+        full, local = seq_len / 2, window - window * window / (2 * seq_len)
+    else:
+        full, local = float(seq_len), float(window)
+    sliding = model.num_sliding_window_layers
+    return (full * (model.num_layers - sliding) + local * sliding) / model.num_layers
 
 
 def moe_dispatch_bytes(model: Model, layout: Layout, tokens: float, routed: float) -> float:
@@ -240,7 +258,8 @@ def forward_flops_per_token(model: Model, seq_len: int) -> float:
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
     g = model.kv_heads
     gate = mlp_matrices(model)
-    attention = 2 * h * d * (2 * a + 2 * g) + 4 * a * d * seq_len
+    attention = 2 * h * d * (2 * a + 2 * g) + 4 * a * d * attended_keys_per_query(
+        model, seq_len, causal=False)
     dense_mlp = 2 * h * model.ffn_hidden_size * gate
     moe_layers = num_moe_layers(model)
     total = model.num_layers * attention + (model.num_layers - moe_layers) * dense_mlp
@@ -267,7 +286,7 @@ def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
     per_token -= 2 * model.hidden_size * model.vocab_size  # the output layer is not redone
     if layout.recompute == "selective":
         per_token = model.num_layers * 4 * model.num_attention_heads * (
-            model.attention_head_dim * job.seq_len)
+            model.attention_head_dim * attended_keys_per_query(model, job.seq_len, causal=False))
     return per_token * job.tokens_per_step
 
 

@@ -24,6 +24,10 @@ Approximation: DeepSeek's multi-head latent attention (MLA) is modelled as ordin
 qk_rope_head_dim`` (192 for DeepSeek-V3), the width of its query/key heads. MLA's low-rank Q/KV
 projections and compressed KV cache are not modelled, so attention weights are overestimated.
 
+Sliding-window attention: ``sliding_window`` (keys per query) on the layers ``layer_types`` marks
+``sliding_attention`` (GPT-OSS: every other layer), or on every layer when the config has no
+``layer_types`` (Mistral-7B-v0.1); ``use_sliding_window: false`` (Qwen2/3) turns it off.
+
 Gated MLP (SwiGLU-style, three matrices): by ``model_type`` where it is known, else when the
 activation (``hidden_act``) is silu/swish/swiglu. Tied embeddings: ``tie_word_embeddings`` when
 present, else the family's default (tied for gpt2 and gpt_bigcode, untied otherwise).
@@ -174,6 +178,7 @@ def model_from_hf_config(data: dict[str, Any], default_name: str, source: str) -
         "max_seq_len": read.optional_int(keys.positions),
         "moe": _moe(read, num_layers),
     }
+    fields.update(_sliding_window(read, num_layers))
     return validated(Model, fields, source)
 
 
@@ -194,6 +199,28 @@ def _head_dim(read: _Reader, hidden: int, heads: int) -> int | None:
     if head_dim is None or (hidden % heads == 0 and head_dim == hidden // heads):
         return None
     return head_dim
+
+
+def _sliding_window(read: _Reader, num_layers: int) -> dict[str, Any]:
+    """Sliding-window attention: ``layer_types`` names each layer's kind (GPT-OSS, Gemma); without
+    it a set ``sliding_window`` applies to every layer (Mistral-7B-v0.1) unless
+    ``use_sliding_window`` is false (Qwen2/3 keep the key but turn the window off)."""
+    window = read.data.get("sliding_window")
+    if window is None or read.data.get("use_sliding_window") is False:
+        return {}
+    window = read.integer("sliding_window")
+    kinds = read.data.get("layer_types")
+    if kinds is None:
+        return {"sliding_window": window}
+    if not isinstance(kinds, list) or len(kinds) != num_layers or not all(
+        isinstance(k, str) for k in kinds
+    ):
+        raise PlacerError(
+            f"{read.source}: Hugging Face key 'layer_types' is {short_repr(kinds)}; expected one "
+            f"attention kind per layer ({num_layers} strings)"
+        )
+    sliding = sum(kind == "sliding_attention" for kind in kinds)
+    return {"sliding_window": window, "sliding_window_layers": sliding} if sliding else {}
 
 
 def _gated(read: _Reader, keys: _Keys) -> bool:

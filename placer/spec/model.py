@@ -42,6 +42,14 @@ class Model(Spec):
     vocab_size: int = Field(ge=1, le=10**7)
     tied_embeddings: bool = False
     max_seq_len: int | None = Field(default=None, ge=1, le=100_000_000)
+    sliding_window: int | None = Field(
+        default=None, ge=1, le=100_000_000,
+        description="keys a sliding-window attention layer sees (Mistral-7B-v0.1 4096, GPT-OSS 128)"
+    )
+    sliding_window_layers: int | None = Field(
+        default=None, ge=0, le=10_000,
+        description="how many layers use the window (default: all; GPT-OSS alternates: half)"
+    )
     moe: MoE | None = None
 
     @model_validator(mode="after")
@@ -58,6 +66,13 @@ class Model(Spec):
             )
         if self.moe and self.moe.first_dense_layers > self.num_layers:
             raise ValueError("moe.first_dense_layers exceeds num_layers")
+        if self.sliding_window_layers is not None:
+            if self.sliding_window_layers > self.num_layers:
+                raise ValueError(f"sliding_window_layers {self.sliding_window_layers} exceeds "
+                                 f"num_layers {self.num_layers}")
+            if self.sliding_window is None and self.sliding_window_layers:
+                raise ValueError("sliding_window_layers is set but sliding_window is not; set the "
+                                 "window size in tokens")
         return self
 
     @property
@@ -67,6 +82,13 @@ class Model(Spec):
     @property
     def attention_head_dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_sliding_window_layers(self) -> int:
+        """Layers whose attention is limited to ``sliding_window`` keys."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether 0-based ``layer`` has an MoE block instead of a dense MLP."""
