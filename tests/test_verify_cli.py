@@ -77,3 +77,42 @@ def test_calibrate_writes_the_recipe_for_a_real_cluster(tmp_path: Path) -> None:
     assert "torchrun --nnodes 1 --nproc-per-node 8" in done.stdout
     assert "-m placer.verify.workers.bench" in done.stdout
     assert "placer calibrate --from" in done.stdout
+
+
+def test_outputs_are_not_replaced_without_force(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    _bench_file(bench)
+    out = tmp_path / "profile.yaml"
+    out.write_text("mine\n")
+    args = ["calibrate", "--from", str(bench), "--cluster", str(EXAMPLE / "cluster.yaml"),
+            "--out", str(out)]
+    refused = placer(*args)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "--out" in refused.stderr and "--force" in refused.stderr
+    assert out.read_text() == "mine\n"
+    replaced = placer(*args, "--force")
+    assert replaced.returncode == 0, replaced.stderr
+    assert LinkProfile.model_validate(yaml.safe_load(out.read_text())).inter_node is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "profile.yaml"]
+    again = placer("calibrate", "--emit-config", str(tmp_path), "--cluster", "dgx-h100")
+    assert again.returncode == 0, again.stderr
+    twice = placer("calibrate", "--emit-config", str(tmp_path), "--cluster", "dgx-h100")
+    assert twice.returncode == 2 and "bench_config.json" in twice.stderr
+    plan = EXAMPLE / "plan.json"
+    saved = tmp_path / "saved.yaml"
+    saved.write_text("mine\n")
+    verify = placer("verify", str(plan), "--calibrate", "--save-profile", str(saved))
+    assert verify.returncode == 2 and "--save-profile" in verify.stderr
+    assert saved.read_text() == "mine\n"
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    _bench_file(bench)
+    folder = tmp_path / "profile.yaml"
+    folder.mkdir()  # renaming a file over a folder fails
+    done = placer("calibrate", "--from", str(bench), "--cluster", str(EXAMPLE / "cluster.yaml"),
+                  "--out", str(folder), "--force")
+    assert done.returncode == 2 and done.stderr.startswith("error: --out: cannot write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "profile.yaml"]
+    assert list(folder.iterdir()) == []

@@ -10,6 +10,7 @@ fits the file it writes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -74,15 +75,42 @@ def _work_dir(given: Path | None, prefix: str) -> Iterator[tuple[Path, list[bool
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _write_profile(path: Path, profile: LinkProfile) -> None:
-    from placer.verify.calibrate import profile_yaml
+def _refuse_existing(force: bool, **paths: Path | None) -> None:
+    """Before any work: files the run would replace need --force (options named by keyword)."""
+    for option, path in paths.items():
+        if path is not None and path.exists() and not force:
+            raise InputError(f"--{option.replace('_', '-')}", str(path),
+                             f"{path.name} already exists; pass --force to overwrite it, or "
+                             "choose another path")
 
-    tmp = path.with_name(path.name + ".tmp")
+
+def _write_text(path: Path, text: str, option: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, renamed into
+    place, and removed if anything fails (an interrupt included)."""
     try:
-        tmp.write_text(profile_yaml(profile), encoding="utf-8")
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise PlacerError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None
+    tmp = Path(name)
+    try:
+        with open(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)  # mkstemp's 0600 would hide the file from the user's group
         tmp.replace(path)
     except OSError as exc:
-        raise PlacerError(f"--out: cannot write {path}: {exc.strerror or exc}") from None
+        tmp.unlink(missing_ok=True)
+        raise PlacerError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_profile(path: Path, profile: LinkProfile, option: str) -> None:
+    from placer.verify.calibrate import profile_yaml
+
+    _write_text(path, profile_yaml(profile), option)
 
 
 def _say(text: str, to_stderr: bool) -> None:
@@ -147,10 +175,12 @@ def run_calibration(launcher: Launcher, cluster: Cluster, work_dir: Path, larges
               show_default=True, help="time limit of the measuring run")
 @click.option("--work-dir", type=click.Path(path_type=Path), metavar="DIR",
               help="keep the worker's config, measurements and logs here")
+@click.option("--force", is_flag=True, help="overwrite --out or --emit-config's config file")
 def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc: int | None,
                       cluster_ref: str | None, max_message_mib: int | None, full_sweep: bool,
                       out_path: Path | None, as_json: bool, from_path: Path | None,
-                      emit_config: Path | None, timeout_s: float, work_dir: Path | None) -> None:
+                      emit_config: Path | None, timeout_s: float, work_dir: Path | None,
+                      force: bool) -> None:
     """Measure collectives (inside and across nodes) and GEMMs; fit a link profile.
 
     Example: placer calibrate --emulate 2x2 --inter-node-mbit 400 --out profile.yaml
@@ -170,6 +200,8 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
 
     largest = GPU_LARGEST_MESSAGE_BYTES if full_sweep else (
         max_message_mib * MIB if max_message_mib else None)
+    _refuse_existing(force, out=out_path,
+                     emit_config=emit_config / "bench_config.json" if emit_config else None)
     if from_path is not None:
         bench = load_bench(from_path)
         cluster = _emulated_or(cluster_ref, emulate, inter_node_mbit, bench["world_size"],
@@ -186,9 +218,14 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
         node_type = cluster.node_types[0]
         config = bench_config(default_sweep(True, largest), cluster.num_nodes,
                               node_type.gpus_per_node, timeout_s=timeout_s)
-        emit_config.mkdir(parents=True, exist_ok=True)
+        try:
+            emit_config.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PlacerError(f"--emit-config: cannot create {emit_config}: "
+                              f"{exc.strerror or exc}") from None
         config_path = emit_config / "bench_config.json"
-        config_path.write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+        _write_text(config_path, json.dumps(config, indent=1, sort_keys=True) + "\n",
+                    "--emit-config")
         argv = ["-m", "placer.verify.workers.bench", str(config_path), str(emit_config)]
         click.echo(f"wrote {config_path}; on every node (placer installed) run:")
         click.echo("  " + torchrun_hint(cluster.num_nodes, node_type.gpus_per_node, argv))
@@ -213,7 +250,7 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
         _say(line, as_json)
     profile = cal.profile
     if out_path is not None:
-        _write_profile(out_path, profile)
+        _write_profile(out_path, profile, "--out")
         _say(f"wrote {out_path}", as_json)
     if as_json:
         click.echo(json.dumps(profile_document(profile), indent=2))
@@ -256,12 +293,13 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
                    "system every node sees) and print the commands for a real cluster")
 @click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="compare the replays a real cluster ran from --emit-config DIR")
+@click.option("--force", is_flag=True, help="overwrite --out and --save-profile files")
 def verify_command(plan_path: Path, top_k: int, emulate: str | None,
                    inter_node_mbit: float | None, nproc: int | None, profile_path: Path | None,
                    scale: float, steps: int, warmup_steps: int, timeout_s: float, refit: bool,
                    save_profile: Path | None, out_path: Path | None, as_json: bool,
-                   work_dir: Path | None, emit_config: Path | None, from_dir: Path | None
-                   ) -> None:
+                   work_dir: Path | None, emit_config: Path | None, from_dir: Path | None,
+                   force: bool) -> None:
     """Run the plan's top candidates for real and compare measured with predicted step times.
 
     Example: placer verify examples/emulated-2x2/plan.json --emulate 2x2 --inter-node-mbit 400
@@ -274,6 +312,7 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
     if save_profile is not None and not refit:
         raise InputError("--save-profile", str(save_profile), "it writes the --calibrate refit; "
                          "add --calibrate")
+    _refuse_existing(force, out=out_path, save_profile=save_profile)
     plan = load_plan(plan_path)
     folder = emit_config or from_dir
     if profile_path is None and folder is not None and (folder / "profile.yaml").is_file():
@@ -326,7 +365,7 @@ def _finish(doc: dict[str, object], results: list[CandidateResult], fb: Feedback
     if out_path is not None:
         _write_json(out_path, doc)
     if save_profile is not None and fb is not None:
-        _write_profile(save_profile, fb.profile)
+        _write_profile(save_profile, fb.profile, "--save-profile")
         _say(f"wrote {save_profile}", as_json)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
@@ -345,7 +384,7 @@ def _emit_replays(plan_path: Path, plan: Plan, profile: LinkProfile | None,
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile is not None and not (out_dir / "profile.yaml").is_file():
-        _write_profile(out_dir / "profile.yaml", profile)
+        _write_profile(out_dir / "profile.yaml", profile, "--emit-config")
     for placement, config, results in emit(plan, profile, options, out_dir):
         nodes = placement.nodes
         argv = ["-m", "placer.verify.workers.replay", str(config.absolute()),
@@ -380,12 +419,7 @@ def _note_rate_mismatch(cluster: Cluster, emulate: str | None, mbit: float | Non
 
 
 def _write_json(path: Path, doc: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        raise PlacerError(f"--out: cannot write {path}: {exc.strerror or exc}") from None
+    _write_text(path, json.dumps(doc, indent=2) + "\n", "--out")
 
 
 COMMANDS = [calibrate_command, verify_command]
