@@ -136,6 +136,11 @@ def test_bad_cluster_file(run: Callable[[list[str]], tuple[int, str, str]], tmp_
     ("negative.json", {**_model_dict(), "num_layers": -4}, ["num_layers: -4 is not valid"]),
     ("heads.json", {**_model_dict(), "num_kv_heads": 3}, ["must divide num_attention_heads"]),
     ("string.json", {**_model_dict(), "hidden_size": "big"}, ["hidden_size: 'big'"]),
+    ("boolean.json", {**_model_dict(), "num_layers": True},
+     ["num_layers: True is not valid; true is a boolean; expected a number"]),
+    ("moe-boolean.json", {**_model_dict(), "moe": {"num_experts": 8, "top_k": False,
+                                                   "expert_ffn_hidden_size": 64}},
+     ["moe.top_k: False is not valid"]),
     ("list.json", [_model_dict()], ["expected a mapping of model fields"]),
 ])
 def test_bad_model_file(run: Callable[[list[str]], tuple[int, str, str]], tmp_path: Path,

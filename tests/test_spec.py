@@ -342,3 +342,15 @@ def test_gpu_peaks_and_capacity() -> None:
     assert b200.capacity_bytes == b200.usable_memory_bytes < b200.memory_bytes
     with pytest.raises(PlacerError):
         load_cluster("no-such-cluster")
+
+
+def test_a_boolean_is_not_a_number_but_still_a_flag() -> None:
+    with pytest.raises(ValidationError, match="true is a boolean; expected a number"):
+        Model.model_validate({**DENSE.model_dump(), "num_layers": True})
+    with pytest.raises(ValidationError, match="false is a boolean"):
+        Model.model_validate({**DENSE.model_dump(), "head_dim": False})  # int | None
+    with pytest.raises(ValidationError, match="is a boolean"):
+        Job.model_validate({"seq_len": 4096, "global_batch_size": True})
+    flags = Model.model_validate({**DENSE.model_dump(), "gated_mlp": False,
+                                  "tied_embeddings": True})
+    assert flags.gated_mlp is False and flags.tied_embeddings is True
