@@ -32,7 +32,7 @@ from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
 from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec import Cluster, Job, Layout, Model, Optimizer
-from placer.spec.layout import layout_problem
+from placer.spec.layout import layout_problem, pipeline_stage_layers
 from placer.spec.presets import cluster_preset, gpu_preset, model_preset
 from placer.spec.profile import LinkClassProfile, LinkProfile
 from placer.spec.results import Estimate
@@ -335,10 +335,11 @@ def case_for(record: dict[str, Any]) -> Case:
                     sequence_parallel=bool(sp) and tp > 1)
     job = Job(seq_len=seq, global_batch_size=gbs, precision=precision, optimizer=optimizer)
     problem = layout_problem(layout, model, job, layout.num_gpus)
-    if problem is not None and problem[0] != "layout.pp":
-        raise Skip(f"layout not valid for placer: {problem[0]} {problem[1]}: {problem[2]}")
     if problem is not None:
-        notes.append("uneven pipeline split")
+        raise Skip(f"layout not valid for placer: {problem[0]} {problem[1]}: {problem[2]}")
+    split = pipeline_stage_layers(model.num_layers, layout.pp, layout.vpp)
+    if split is not None and len(set(split)) > 1:
+        notes.append(f"uneven pipeline split {min(split)}-{max(split)} layers per stage")
     if layout.num_gpus != record["hardware"]["num_gpus"]:
         raise Skip(f"degrees multiply to {layout.num_gpus}, not {record['hardware']['num_gpus']}")
     oom = result["status"] == "OOM"

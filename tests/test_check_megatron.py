@@ -295,3 +295,33 @@ def test_sequence_parallel_is_off_with_tp_1_as_in_megatron() -> None:
         "sequence_parallel"] is False
     assert parse("--sequence-parallel --tensor-model-parallel-size 2").settings[
         "sequence_parallel"] is True
+
+
+_UNEVEN = """#!/bin/bash
+torchrun --nproc_per_node 8 --nnodes 16 pretrain_gpt.py \\
+    --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 {split} \\
+    --num-layers 126 --hidden-size 16384 --ffn-hidden-size 53248 --num-attention-heads 128 \\
+    --group-query-attention --num-query-groups 8 --swiglu --vocab-size 128256 \\
+    --seq-length 8192 --micro-batch-size 1 --global-batch-size 64 --sequence-parallel \\
+    --use-distributed-optimizer --recompute-granularity full --bf16
+"""
+
+
+@pytest.mark.parametrize(("split", "problem"), [
+    ("", "Megatron needs pp*vpp=16 to divide num_layers=126"),
+    ("--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7", None),
+    ("--pipeline-model-parallel-layout 'Et*7|(t*8|)*14t*7L'", None),
+    ("--decoder-first-pipeline-num-layers 6", None),  # 15 stages of 8 after it
+    ("--decoder-first-pipeline-num-layers 5", "leave 121 layers for the other 15 stages"),
+])
+def test_uneven_pipeline_splits_need_megatron_flags(tmp_path: Path, split: str,
+                                                    problem: str | None) -> None:
+    # Llama 3 405B: 126 layers on 16 stages, as Meta trained it (7, 14 x 8, 7).
+    path = tmp_path / "megatron_405b.sh"
+    path.write_text(_UNEVEN.format(split=split))
+    findings = [f for f in run_check(path, cluster="dgx-h100").findings
+                if f.rule_id == "degrees-model"]
+    if problem is None:
+        assert findings == []
+    else:
+        assert len(findings) == 1 and problem in findings[0].message

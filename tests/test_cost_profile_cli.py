@@ -94,7 +94,7 @@ def test_estimate_table_moe_fp8_and_a_subset_of_gpus(capsys: pytest.CaptureFixtu
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--layout", "tp=3"], "--layout"),
-    (["--nodes", "3", "--layout", "tp=8,pp=3"], "layout.pp"),
+    (["--nodes", "3", "--layout", "tp=8,pp=3,vpp=2"], "layout.vpp"),  # 80 layers, 6 chunks
     (["--layout", "tp=8,dp=8"], "needs 64 GPUs"),
     (["--layout", "tp=8", "--order", "tp-xx"], "mesh order"),
     (["--layout", "tp=8", "--profile", "/nonexistent/p.yaml"], "no such file"),

@@ -17,7 +17,7 @@ from placer.solver.placement import tp_capacity
 from placer.solver.select import KNOB_TOLERANCE, greedy_top, select_top
 from placer.solver.space import Degrees, degree_tuples, divisors
 from placer.solver.table import build_table, exhaustive_rows, least_recompute, pareto_rows
-from placer.spec import Cluster, Job
+from placer.spec import Cluster, DegreeConstraint, Job, Model
 from placer.spec.presets import cluster_preset, model_preset
 from placer.topology import topology_of
 
@@ -171,14 +171,31 @@ def test_mixed_gpu_types_give_slower_stages_fewer_layers() -> None:
     assert fast and slow and min(fast) > max(slow)
 
 
-def test_a_gpu_count_no_layout_can_split_leaves_whole_nodes_idle() -> None:
-    """72 GPUs of an NVL72 rack and a power-of-two batch: 64 GPUs on 16 whole trays."""
+def test_an_uneven_pipeline_split_uses_every_gpu() -> None:
+    """72 GPUs and 32 layers: nine stages of 3-4 layers, the first and last the lightest."""
     rack = cluster_preset("gb200-nvl72")
     candidate = recommend(model_preset("llama3-8b"), rack, SMALL, top_k=1).candidates[0]
+    assert candidate.layout.num_gpus == 72 and candidate.layout.pp % 3 == 0
+    split = candidate.stage_layers
+    assert split is not None and sum(split) == 32 and len(split) == candidate.layout.pp
+    assert split[0] == split[-1] == min(split) < max(split)
+    assert any("do not divide" in line for line in candidate.why)
+
+
+def test_a_gpu_count_no_layout_can_split_leaves_whole_nodes_idle() -> None:
+    """72 GPUs of an NVL72 rack, a power-of-two batch and 8 layers (at most 8 stages): 64 GPUs
+    on 16 whole trays (no mix of tp, cp and dp makes a factor of 9)."""
+    rack = cluster_preset("gb200-nvl72")
+    shallow = model_preset("llama3-8b").model_copy(update={"num_layers": 8})
+    candidate = recommend(shallow, rack, SMALL, top_k=1).candidates[0]
     assert candidate.layout.num_gpus == 64
     assert candidate.why[0].startswith("uses 64 of 72 GPUs because no parallel layout of 72")
     per_node = Counter(e.node for e in candidate.rank_map)
     assert set(per_node.values()) == {4} and len(per_node) == 16
+    constrained = SMALL.model_copy(update={"constraints": (DegreeConstraint.parse("pp<=8"),)})
+    limited = recommend(model_preset("llama3-8b"), rack, constrained, top_k=1).candidates[0]
+    assert limited.layout.num_gpus == 64
+    assert limited.why[0].startswith("uses 64 of 72 GPUs because the job's constraints (pp<=8)")
 
 
 def test_too_few_gpus_gets_the_memory_bound() -> None:
@@ -205,10 +222,13 @@ def test_memory_is_named_when_every_layout_runs_out() -> None:
 
 
 def test_degree_rules_are_named_when_nothing_divides() -> None:
-    # 24 GPUs need a factor 3 that no degree can take: tp, pp divide powers of two, an odd
-    # sequence rules out cp > 1, and dp must divide a batch of 7. With 30% headroom the 70B
-    # model needs 22 GPUs even fully sharded, so the 16 a valid layout could use are too few.
+    # 24 GPUs need a factor 3 that no degree can take: tp divides 256 heads, two layers allow
+    # at most two stages, an odd sequence rules out cp > 1, and dp must divide a batch of 7.
+    # The two 29B-parameter layers do not fit the 16 GPUs a valid layout could use.
+    wide = Model(name="two-wide-layers", num_layers=2, hidden_size=49152, num_attention_heads=256,
+                 ffn_hidden_size=4 * 49152, gated_mlp=False, vocab_size=32000)
     job = Job(seq_len=4095, global_batch_size=7, memory_headroom=0.3)
-    with pytest.raises(InfeasibleError, match="passes the degree rules.*with fewer GPUs no "
+    with pytest.raises(InfeasibleError, match=r"passes the degree rules.*pp in \{1,2\} \(at "
+                                              "most one stage per layer.*with fewer GPUs no "
                                               "layout fits in GPU memory"):
-        recommend(model_preset("llama3-70b"), _cluster(3), job)
+        recommend(wide, _cluster(3), job)

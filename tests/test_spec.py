@@ -23,6 +23,7 @@ from placer.spec import (
     Layout,
     Model,
     layout_problem,
+    pipeline_stage_layers,
     validate_layout,
 )
 from placer.spec.presets import (
@@ -189,7 +190,8 @@ RULE_CASES = [
     ("tp=3", DENSE, JOB, 3, "layout.tp", "num_attention_heads=32"),
     ("tp=6", GQA48, JOB, 6, "layout.tp", "num_kv_heads=8"),
     ("pp=1,vpp=2", DENSE, JOB, 1, "layout.vpp", "pp > 1"),
-    ("pp=4,vpp=3", DENSE, JOB, 4, "layout.pp", "num_layers=32"),
+    ("pp=4,vpp=3", DENSE, JOB, 4, "layout.vpp", "uneven pipeline splits need vpp=1"),
+    ("pp=33,dp=1", DENSE, JOB, 33, "layout.pp", "more stages than num_layers=32"),
     ("cp=3", DENSE, JOB, 3, "layout.cp", "seq_len=4096"),
     ("tp=1,sp=on", DENSE, JOB, 1, "layout.sequence_parallel", "tp > 1"),
     ("tp=8,sp=on", DENSE, _job(seq_len=4100), 8, "layout.tp", "seq_len=4100"),
@@ -229,6 +231,25 @@ def test_layout_problem_accepts_valid_layouts(text: str, model: Model, job: Job,
                                               gpus: int) -> None:
     assert layout_problem(Layout.parse(text), model, job, gpus) is None
     validate_layout(Layout.parse(text), model, job, gpus)
+
+
+@pytest.mark.parametrize(("layers", "pp", "vpp", "split"), [
+    (32, 4, 1, [8, 8, 8, 8]),
+    (32, 4, 2, [8, 8, 8, 8]),
+    (126, 16, 1, [7] + [8] * 14 + [7]),  # Llama 3 405B as Meta trained it
+    (70, 12, 1, [5] + [6] * 10 + [5]),  # BLOOM-176B
+    (9, 4, 1, [2, 2, 3, 2]),  # one extra layer: the latest middle stage
+    (31, 8, 1, [3] + [4] * 7),  # every stage but the first takes one
+    (61, 2, 1, [30, 31]),
+    (5, 5, 1, [1] * 5),
+    (32, 3, 2, None),  # interleaved stages must divide evenly
+    (4, 5, 1, None),  # more stages than layers
+])
+def test_pipeline_stage_layers(layers: int, pp: int, vpp: int, split: list[int] | None) -> None:
+    assert pipeline_stage_layers(layers, pp, vpp) == split
+    if split is not None:
+        assert sum(split) == layers and max(split) - min(split) <= 1
+        assert split[0] == min(split)
 
 
 def test_constraint_parsing() -> None:

@@ -40,6 +40,8 @@ _INT_FLAGS = {
     "num-virtual-stages-per-pipeline-rank": "vpp",
     "virtual-pipeline-model-parallel-size": "vpp",
     "num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
+    "decoder-first-pipeline-num-layers": "first_stage_layers",
+    "decoder-last-pipeline-num-layers": "last_stage_layers",
     "micro-batch-size": "micro_batch_size",
     "global-batch-size": "global_batch_size",
     "seq-length": "seq_len",
@@ -77,7 +79,10 @@ _BOOL_FLAGS = {
     "standalone": "standalone",
 }
 _PARALLEL_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "layers_per_virtual_stage",
-                  "sequence_parallel", "tp_pp_dp_mapping")
+                  "first_stage_layers", "last_stage_layers", "sequence_parallel",
+                  "tp_pp_dp_mapping")
+# Megatron's explicit per-stage layer layout (conventions.md 6.2, "Uneven PP").
+_LAYOUT_FLAG = "pipeline-model-parallel-layout"
 _MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads")
 # ZeRO stage each Megatron sharding setting amounts to (conventions.md 6.2).
 _SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -111,8 +116,12 @@ def parse_megatron(path: Path, text: str) -> ParsedConfig:
 
     settings: dict[str, object] = {k: ints[k] for k in ("tp", "pp", "cp", "ep", "vpp",
                                                          "micro_batch_size") if k in ints}
-    if "layers_per_virtual_stage" in ints:
-        settings["layers_per_virtual_stage"] = ints["layers_per_virtual_stage"]
+    for key in ("layers_per_virtual_stage", "first_stage_layers", "last_stage_layers"):
+        if key in ints:
+            settings[key] = ints[key]
+    if _LAYOUT_FLAG in values:
+        settings["pipeline_layout"] = values[_LAYOUT_FLAG].raw
+        parsed.lines.setdefault("pipeline_layout", values[_LAYOUT_FLAG].line)
     if "num_experts" in ints or ints.get("ep", 1) > 1:
         # Megatron's --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2).
         settings["etp"] = ints.get("etp", ints.get("tp", 1))
@@ -142,7 +151,7 @@ def parse_megatron(path: Path, text: str) -> ParsedConfig:
 
 def _flag_values(words: list[Token]) -> tuple[dict[str, _Value], Token | None]:
     """The last value of every flag of interest (dashes normalised: nproc_per_node too)."""
-    known = set(_INT_FLAGS) | set(_CHOICE_FLAGS) | set(_BOOL_FLAGS)
+    known = set(_INT_FLAGS) | set(_CHOICE_FLAGS) | set(_BOOL_FLAGS) | {_LAYOUT_FLAG}
     values: dict[str, _Value] = {}
     for i, word in enumerate(words):
         if not word.text.startswith("--"):

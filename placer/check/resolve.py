@@ -190,6 +190,8 @@ def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
     """The config's layout with dp (and Megatron's vpp) derived; stops if it cannot exist."""
     settings = dict(ctx.parsed.settings)
     layers_per_virtual_stage = settings.pop("layers_per_virtual_stage", None)
+    first, last = settings.pop("first_stage_layers", None), settings.pop("last_stage_layers", None)
+    explicit_split = settings.pop("pipeline_layout", None) is not None
     replicate = settings.pop("dp_replicate", None)
     settings.pop("local_batch_size", None)
     tp, pp, cp = (int(settings.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
@@ -215,6 +217,13 @@ def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
                                  ctx.parsed.line_of("layers_per_virtual_stage")))
         elif ctx.model is None:
             ctx.notes.append("virtual stages unknown without the model's layer count")
+    if ctx.parsed.kind == "megatron" and ctx.model is not None and not explicit_split:
+        vpp = int(settings.get("vpp", 1))  # type: ignore[call-overload]
+        problem = _megatron_split_problem(ctx.model.num_layers, pp, vpp, first, last)
+        if problem:
+            early.append(finding("degrees-model", problem, ctx.parsed.path,
+                                 ctx.parsed.line_of("first_stage_layers", "last_stage_layers",
+                                                    "pp")))
     zero = int(settings.get("zero_stage", 0))  # type: ignore[call-overload]
     if zero and int(settings["dp"]) * cp == 1:  # type: ignore[call-overload]
         # A distributed optimizer / FSDP over one data-parallel rank runs and shards nothing.
@@ -222,6 +231,28 @@ def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
         ctx.notes.append(f"ZeRO stage {zero} over dp*cp = 1 shards nothing: checked as stage 0")
     values = {k: settings[k] for k in LAYOUT_KEYS if k in settings}
     return validated(Layout, values, ctx.parsed.path), early
+
+
+def _megatron_split_problem(num_layers: int, pp: int, vpp: int, first: object,
+                            last: object) -> str | None:
+    """Megatron splits layers evenly unless --decoder-first/last-pipeline-num-layers (or an
+    explicit --pipeline-model-parallel-layout) say otherwise; the rest must then divide evenly
+    over the other stages (conventions.md 6.2, "Uneven PP")."""
+    ends = [n for n in (first, last) if isinstance(n, int)]
+    middle_layers, middle_stages = num_layers - sum(ends), pp - len(ends)
+    if not ends:
+        if num_layers % (pp * vpp):
+            return (f"pp = {pp}: Megatron needs pp*vpp={pp * vpp} to divide num_layers="
+                    f"{num_layers} unless --decoder-first-pipeline-num-layers and "
+                    "--decoder-last-pipeline-num-layers give an uneven split")
+        return None
+    if middle_stages <= 0:
+        return None if middle_layers == 0 else (
+            f"the first and last stages hold {sum(ends)} layers, but num_layers={num_layers}")
+    if middle_layers <= 0 or middle_layers % (middle_stages * vpp):
+        return (f"--decoder-first/last-pipeline-num-layers leave {middle_layers} layers for "
+                f"the other {middle_stages} stages (x vpp={vpp}), which do not divide evenly")
+    return None
 
 
 def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, str | None]:

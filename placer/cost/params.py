@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from placer.spec.layout import Layout
+from placer.spec.layout import Layout, pipeline_stage_layers
 from placer.spec.model import Model
 
 
@@ -119,13 +119,19 @@ def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:
 @lru_cache(maxsize=4096)
 def _stage_shapes(model: Model, pp: int, vpp: int) -> tuple[StageShape, ...]:
     chunks = pp * vpp
-    base, extra = divmod(model.num_layers, chunks)
+    # The spec's split (even, or first and last lightest); chunks assigned round-robin to ranks.
+    split = pipeline_stage_layers(model.num_layers, pp, vpp)
+    if split is None:  # not a valid layout; spread the layers as evenly as possible
+        base, extra = divmod(model.num_layers, chunks)
+        sizes = [base + (1 if chunk < extra else 0) for chunk in range(chunks)]
+    else:
+        sizes = [split[chunk % pp] // vpp for chunk in range(chunks)]
     flags = _moe_layer_flags(model)
     layers = [0] * pp
     moe_layers = [0] * pp
     start = 0
     for chunk in range(chunks):
-        size = base + (1 if chunk < extra else 0)
+        size = sizes[chunk]
         rank = chunk % pp
         layers[rank] += size
         moe_layers[rank] += sum(flags[start:start + size])

@@ -50,7 +50,7 @@ def no_degrees_reason(model: Model, job: Job, num_gpus: int, tp_capacity: Mappin
     return _rule_reason(model, job, num_gpus)
 
 
-_DIM_RULES = {"tp": "divides the attention heads", "pp": "divides the layers",
+_DIM_RULES = {"tp": "divides the attention heads", "pp": "at most one stage per layer",
               "cp": "2 x cp divides the sequence", "dp": "divides the global batch"}
 
 

@@ -33,6 +33,7 @@ from placer.solver.stages import split_for_types
 from placer.solver.table import Row, TableStats, build_table
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
+from placer.spec.layout import pipeline_stage_layers
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import Candidate, Estimate, SearchStats
@@ -132,6 +133,13 @@ def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
     est, placement = placed.estimate, placed.placement
     stage_layers, stage_notes = split_for_types(model, cluster, job, est.layout, placement,
                                                 topology)
+    if stage_layers is None:
+        split = pipeline_stage_layers(model.num_layers, est.layout.pp, est.layout.vpp)
+        if split is not None and len(set(split)) > 1:
+            stage_layers = split
+            stage_notes = [f"stages: layers {split}: {model.num_layers} layers do not divide "
+                           f"over {est.layout.pp} stages, so the first and last (which also "
+                           "hold the embedding and the output layer) take fewer"]
     fields = {name: getattr(est, name) for name in Estimate.model_fields}
     fields["mesh_order"] = list(placement.order)
     return Candidate.model_construct(**fields, rank_map=rank_map(est.layout, placement, topology),

@@ -99,7 +99,8 @@ def degree_tuples(model: Model, job: Job, num_gpus: int, tp_capacity: Mapping[in
         if limit < tp:
             continue
         # Every pipeline depth up to one layer per stage: layout_problem decides which splits
-        # are allowed (today only even ones), so the space follows the rule, not a copy of it.
+        # are allowed (uneven ones only without virtual stages), so the space follows the rule,
+        # not a copy of it.
         pps = divisors(num_gpus // tp) if exact else range(1, limit // tp + 1)
         for pp in (p for p in pps if p <= model.num_layers):
             for cp in divisors(job.seq_len):

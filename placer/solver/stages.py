@@ -23,7 +23,7 @@ from placer.solver.cpsat import deterministic_solver
 from placer.solver.placement import Placement
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
-from placer.spec.layout import Layout
+from placer.spec.layout import Layout, pipeline_stage_layers
 from placer.spec.model import Model
 from placer.topology import ClusterTopology
 
@@ -87,17 +87,18 @@ def split_for_types(model: Model, cluster: Cluster, job: Job, layout: Layout,
     if len(set(speeds)) == 1:
         return None, []
     memory = memory_estimate(model, cluster, job, layout)
-    per_stage = model.num_layers // layout.pp
+    default = (pipeline_stage_layers(model.num_layers, layout.pp, layout.vpp)
+               or [model.num_layers // layout.pp] * layout.pp)
     scaling = (memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes
                + memory.activations_bytes)
     fixed = memory.total_bytes - scaling
-    per_layer = scaling / per_stage
+    per_layer = scaling / max(default)  # the memory estimate is the fullest stage's
     capacities = [int(min(c for _, c in gpus) * (1.0 - job.memory_headroom)) for gpus in stages]
     max_layers = [max(0, int((cap - fixed) // per_layer)) for cap in capacities]
     split = split_layers(model.num_layers, layout.vpp, speeds, max_layers)
-    if split is None or split == [per_stage] * layout.pp:
+    if split is None or split == default:
         return None, []
-    even = max(per_stage / s for s in speeds)
+    even = max(n / s for n, s in zip(default, speeds, strict=True))
     uneven = max(n / s for n, s in zip(split, speeds, strict=True))
     return split, [f"stages: layers {split} by GPU speed; the slowest stage's compute drops "
                    f"{1 - uneven / even:.0%} against the even split (the step estimate prices "

@@ -137,9 +137,11 @@ def layout_problem(layout: Layout, model: Model, job: Job, num_gpus: int) -> tup
         return ("layout.tp", t, f"must divide or be a multiple of num_kv_heads={kv}")
     if layout.vpp > 1 and p == 1:
         return ("layout.vpp", layout.vpp, "virtual stages need pp > 1")
-    if model.num_layers % (p * layout.vpp):
-        return ("layout.pp", p, f"pp*vpp={p * layout.vpp} must divide "
-                f"num_layers={model.num_layers}")
+    if pipeline_stage_layers(model.num_layers, p, layout.vpp) is None:
+        if layout.vpp > 1:
+            return ("layout.vpp", layout.vpp, f"pp*vpp={p * layout.vpp} must divide "
+                    f"num_layers={model.num_layers} (uneven pipeline splits need vpp=1)")
+        return ("layout.pp", p, f"more stages than num_layers={model.num_layers}")
     if c > 1 and job.seq_len % (2 * c):
         return ("layout.cp", c, f"2*cp must divide seq_len={job.seq_len} (load-balanced CP)")
     if layout.sequence_parallel and t == 1:
@@ -173,6 +175,27 @@ def layout_problem(layout: Layout, model: Model, job: Job, num_gpus: int) -> tup
         if not constraint.allows(value):
             return (f"layout.{constraint.key}", value, f"the job requires {constraint}")
     return None
+
+
+def pipeline_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int] | None:
+    """Transformer layers each pipeline rank holds; None when the split is not allowed.
+
+    Even when ``pp * vpp`` divides ``num_layers``. Otherwise, without virtual stages, as even as
+    possible with the first and last stages the lightest: they also hold the embedding and the
+    output layer, and the first keeps the most micro-batches in flight. The extra layers go to
+    the middle stages, latest first (Llama 3 405B: 126 layers on 16 stages as 7, 14 x 8, 7,
+    Megatron's --decoder-first/last-pipeline-num-layers). Interleaved stages must divide evenly.
+    """
+    if num_layers % (pp * vpp) == 0:
+        return [num_layers // pp] * pp
+    if vpp > 1 or pp > num_layers:
+        return None
+    base, extra = divmod(num_layers, pp)
+    layers = [base] * pp
+    receivers = list(range(pp - 2, 0, -1)) + [pp - 1]  # middle stages, latest first; then last
+    for stage in receivers[:extra]:
+        layers[stage] += 1
+    return layers
 
 
 def _constraint_subject(layout: Layout, key: str) -> int | str:
