@@ -46,9 +46,9 @@ NETWORK_EFFICIENCY = 47.0 / 50.0
 GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # A100 rows all ran unfused attention (2021-2022), so attention_efficiency is not fitted
     # there and fused attention falls back to max_efficiency.
-    "A100": GemmProfile(max_efficiency=0.716, half_efficiency_flops=6.71e9),
-    "H100": GemmProfile(max_efficiency=0.774, fp8_max_efficiency=0.668,
-                        half_efficiency_flops=1.41e10, attention_efficiency=0.202),
+    "A100": GemmProfile(max_efficiency=0.712, half_efficiency_flops=5.45e9),
+    "H100": GemmProfile(max_efficiency=0.771, fp8_max_efficiency=0.666,
+                        half_efficiency_flops=1.37e10, attention_efficiency=0.202),
 }
 # Families without calibration rows borrow a measured one: H200 is the same GH100 die as H100
 # [conventions.md 5.3]; Blackwell and Ada have no published rows in the calibration set, so they
@@ -57,11 +57,11 @@ FAMILY_FALLBACK = {"H200": "H100", "B200": "H100", "GB200": "H100", "L40S": "A10
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.56
+ELEMENTWISE_TRAFFIC_FACTOR = 2.54
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. Fitted by bench/fit_compute.py jointly over all rows.
-OVERLAP_EFFICIENCY = 0.611
+OVERLAP_EFFICIENCY = 0.615
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
 # set's MoE rows (Megatron-Bridge's all-to-all dispatcher on H100: Qwen3-30B-A3B and GPT-OSS-120B,
@@ -72,7 +72,7 @@ OVERLAP_EFFICIENCY = 0.611
 # Megatron-Core MoE report calls its compute wall (arXiv:2603.07685, section 1). A time measured
 # on H100; other GPUs use it as is. Faster dispatchers (DeepEP, fused permutes) pay less: a
 # measured profile's ``moe_dispatch_s_per_routed_token`` replaces it.
-MOE_DISPATCH_S_PER_ROUTED_TOKEN = 1.13e-7
+MOE_DISPATCH_S_PER_ROUTED_TOKEN = 1.14e-7
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
