@@ -135,21 +135,24 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
 
     tp_layer = _tp_per_layer(model, layout, links, calib, tokens)
     ep_layer = _ep_per_layer(model, layout, links, calib, tokens, imb)
+    attn_fwd = attention_forward_s(dense_work, calib)
     stage_times = []
+    by_shape: dict[tuple[int, int, bool, bool], _StageTime] = {}  # a deep pipeline repeats shapes
     for shape in shapes:
-        compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
-        if shape.last:
-            compute = compute + head
-        cp_s = _cp_exposed(model, layout, links, calib, tokens, shape,
-                           attention_forward_s(dense_work, calib))
-        zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute)
-        tp_s = tp_layer.exposed_s * shape.layers
-        if options.tp_comm_overlap and tp_s > 0:
-            # Pipelined with the GEMMs in tp chunks: the first chunk cannot hide.
-            tp_s = max(_overlapped(tp_s, compute.gemm_s, calib), tp_s / layout.tp)
-        stage_times.append(_StageTime(
-            compute=compute, tp_s=tp_s,
-            cp_s=cp_s, ep_s=ep_layer.exposed_s * shape.moe_layers, zero_s=zero_s))
+        key = (shape.layers, shape.moe_layers, shape.first, shape.last)
+        if key not in by_shape:
+            compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
+            if shape.last:
+                compute = compute + head
+            cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd)
+            zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute)
+            tp_s = tp_layer.exposed_s * shape.layers
+            if options.tp_comm_overlap and tp_s > 0:
+                # Pipelined with the GEMMs in tp chunks: the first chunk cannot hide.
+                tp_s = max(_overlapped(tp_s, compute.gemm_s, calib), tp_s / layout.tp)
+            by_shape[key] = _StageTime(compute=compute, tp_s=tp_s, cp_s=cp_s,
+                                       ep_s=ep_layer.exposed_s * shape.moe_layers, zero_s=zero_s)
+        stage_times.append(by_shape[key])
     worst = max(stage_times, key=lambda s: s.total_s)
     worst_shape = shapes[stage_times.index(worst)]
     mean_stage = sum(s.total_s for s in stage_times) / len(stage_times)
