@@ -24,7 +24,14 @@ from placer.solver.placement import (
     tp_capacity,
     unit_edges,
 )
-from placer.solver.segments import assign_runs, cut_weight_of, internal_weights, segment
+from placer.solver.segments import (
+    assign_runs,
+    best_structured_lengths,
+    block_lengths,
+    cut_weight_of,
+    internal_weights,
+    segment,
+)
 from placer.spec import Cluster, Job, Layout
 from placer.spec.presets import cluster_preset
 from placer.topology import topology_of
@@ -206,3 +213,20 @@ def test_rank_map_of_the_natural_placement_is_the_identity() -> None:
     entries = rank_map(layout, placement, topology)
     assert [(e.node, e.gpu) for e in entries] == list(itertools.product(range(2), range(8)))
     assert [MeshGrid(layout).logical_index(e.coords) for e in entries] == list(range(16))
+
+
+def test_a_node_short_of_a_gpu_does_not_split_the_groups_after_it() -> None:
+    # 24 units in rings of 8 (CP groups) on bins of 8, 8, 7, 8 GPUs: filling in order splits
+    # the third ring over two nodes; whole blocks of 8 skip the short node and split none.
+    edges = [(u, u + 1, 10) for u in range(24) if u % 8 != 7]
+    edges += [(u, u + 7, 10) for u in range(0, 24, 8)]
+    capacities = [8, 8, 7, 8]
+    inner = internal_weights(24, edges, 8)
+    total = sum(w for _, _, w in edges)
+    assert block_lengths(24, capacities, 8) == (8, 8, 8)
+    assert cut_weight_of((8, 8, 7, 1), inner, total) > 0
+    assert best_structured_lengths(24, capacities, inner, total, 8) == (8, 8, 8)
+    assert cut_weight_of((8, 8, 8), inner, total) == 0
+    assert assign_runs((8, 8, 8), capacities) == [0, 1, 3]
+    result = segment(24, edges, capacities, time_limit_s=1.0)
+    assert result is not None and result.cut_weight == 0

@@ -378,7 +378,7 @@ def irregular_placements(layout: Layout, topology: ClusterTopology, job: Job,
         bin_of_run = assign_runs(result.lengths, capacities)
         slots = _place_units(layout, result.lengths, bins, bin_of_run, topology)
         note = (f"(traffic proxy {result.cut_weight}, bound {result.bound}, "
-                f"{result.status.lower()}; in-order fill {result.hint_cut_weight})")
+                f"{result.status.lower()}; structured fill {result.hint_cut_weight})")
         out.append(Placement(order, slots, "cp-sat", note, result))
     return out
 

@@ -16,8 +16,9 @@ how many runs of each length the bins can take:
 - objective: maximise the traffic weight inside runs (= minimise the weight of unit-graph edges
   that cross bins, the cross-node traffic proxy).
 
-The structured answer (fill bins in order) is the hint; the solver reports the best bound it
-proved, so the gap of the proxy is always stated.
+The best structured answer (fill bins in order, or in whole blocks of units that keep a mesh
+group together) is the hint; the solver reports the best bound it proved, so the gap of the
+proxy is always stated.
 """
 
 from __future__ import annotations
@@ -73,6 +74,37 @@ def greedy_lengths(num_units: int, capacities: Sequence[int]) -> tuple[int, ...]
     return tuple(lengths) if left == 0 else None
 
 
+def block_lengths(num_units: int, capacities: Sequence[int],
+                  block: int) -> tuple[int, ...] | None:
+    """Fill bins in order with whole blocks of ``block`` units only (bins that cannot take one
+    are skipped; the last run takes what is left): keeps groups of that many units together."""
+    lengths, left = [], num_units
+    for cap in capacities:
+        if left == 0:
+            break
+        take = min(cap - cap % block, left)
+        if take > 0:
+            lengths.append(take)
+            left -= take
+    return tuple(lengths) if left == 0 else None
+
+
+def best_structured_lengths(num_units: int, capacities: Sequence[int], inner: list[list[int]],
+                            total: int, max_len: int) -> tuple[int, ...] | None:
+    """The lowest-cut of the structured fills: in order, or in whole blocks of 2..max_len units
+    (a block that matches a group of the mesh keeps that group inside one bin when some bins
+    have room for fewer units than others: failed GPUs). Ties keep the plain in-order fill."""
+    best = greedy_lengths(num_units, capacities)
+    if best is None:
+        return None
+    best_cut = cut_weight_of(best, inner, total)
+    for block in range(2, max_len + 1):
+        lengths = block_lengths(num_units, capacities, block)
+        if lengths is not None and (cut := cut_weight_of(lengths, inner, total)) < best_cut:
+            best, best_cut = lengths, cut
+    return best
+
+
 def cut_weight_of(lengths: Sequence[int], inner: list[list[int]], total: int) -> int:
     start, kept = 0, 0
     for length in lengths:
@@ -93,7 +125,8 @@ def segment(num_units: int, edges: Sequence[Edge], capacities: Sequence[int], *,
     max_len = min(max(capacities), num_units)
     inner = internal_weights(num_units, edges, max_len)
     total = sum(w for _, _, w in edges)
-    start_hint = tuple(hint) if hint else greedy_lengths(num_units, capacities)
+    start_hint = (tuple(hint) if hint
+                  else best_structured_lengths(num_units, capacities, inner, total, max_len))
     if start_hint is None:
         return None
     hint_cut = cut_weight_of(start_hint, inner, total)
