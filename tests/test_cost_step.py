@@ -210,3 +210,25 @@ def test_fp8_speeds_up_the_layers_but_not_the_output_layer() -> None:
     saved = 4 * 2 * (layers["bf16"] - layers["fp8"])  # 4 micro-batches of 2 layers
     assert saved > 0
     assert compute["bf16"] - compute["fp8"] == pytest.approx(saved, rel=1e-9)
+
+
+def test_the_worst_placed_group_can_be_priced_instead_of_the_first() -> None:
+    # CP groups of 4 on two 8-GPU nodes: group 0 sits on node 0, group 1 straddles both nodes.
+    from placer.cost.groups import representative_groups, worst_placed_groups
+
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    layout = Layout(cp=4, dp=2, micro_batch_size=1)
+    order = ("tp", "cp", "dp", "pp")
+    slots = [0, 1, 2, 3, 6, 7, 8, 9]
+    worst = worst_placed_groups(cluster, layout, order, slots)
+    first = representative_groups(layout, order)
+    assert first["cp"] == [0, 1, 2, 3] and worst["cp"] == [4, 5, 6, 7]
+    assert worst["dp"] == first["dp"]  # every dp x cp group is the same 8 ranks
+    job = Job(seq_len=8192, global_batch_size=8)
+    model = model_preset("llama3-8b")
+    as_first = estimate(model, cluster, job, layout, order, placement=slots)
+    as_worst = estimate(model, cluster, job, layout, order, placement=slots, groups=worst)
+    assert as_first.links["cp"] == "nvlink" and as_worst.links["cp"] == "network"
+    assert as_worst.breakdown.cp_exposed_s > as_first.breakdown.cp_exposed_s
+    aligned = worst_placed_groups(cluster, layout, order, [0, 1, 2, 3, 8, 9, 10, 11])
+    assert aligned == first

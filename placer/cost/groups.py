@@ -1,16 +1,17 @@
 """The representative process group of each parallel dimension, and its links.
 
-For every dimension the group holding logical index 0 is taken (``MeshGrid``), mapped through
-the placement to GPU slots, and handed to the topology with every other group of that dimension
-running at the same time (``concurrent="all"``). Nothing enumerates all ranks: a group costs
-O(its size), and results are cached per (cluster, layout degrees, order) for the natural
-placement, and by the topology per slot tuple otherwise.
+For every dimension the group holding logical index 0 is taken (``MeshGrid``), or on request the
+worst-placed group, mapped through the placement to GPU slots, and handed to the topology with
+every other group of that dimension running at the same time (``concurrent="all"``). Pricing
+enumerates no ranks: a group costs O(its size), and results are cached per (cluster, layout
+degrees, order) for the natural placement, and by the topology per slot tuple otherwise.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from placer.cost.collectives import GroupLink
 from placer.errors import InputError
@@ -27,6 +28,16 @@ _NATURAL: OrderedDict[tuple[object, ...], tuple[Cluster, GroupLinks]] = OrderedD
 
 def representative_groups(layout: Layout, order: tuple[str, ...]) -> dict[str, list[int]]:
     """Logical indices of the group holding index 0, for every dimension of size > 1."""
+    return {dim: list(members) for dim, members in _representative_groups(
+        layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp, tuple(order)).items()}
+
+
+@lru_cache(maxsize=4096)
+def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int,
+                           order: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Cached by degrees: the search prices many layouts (micro-batch, ZeRO, recompute) that
+    share them, and an expert-data-parallel group can hold thousands of ranks."""
+    layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
     grid = MeshGrid(layout, order)
     strides = grid.strides
     groups: dict[str, list[int]] = {}
@@ -42,7 +53,7 @@ def representative_groups(layout: Layout, order: tuple[str, ...]) -> dict[str, l
         if len(locals_) > 1:
             groups[dim] = sorted(_stage_local_to_logical(layout, order, strides, i)
                                  for i in locals_)
-    return groups
+    return {dim: tuple(members) for dim, members in groups.items()}
 
 
 def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dict[str, int],
@@ -58,11 +69,43 @@ def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dic
     return index
 
 
+def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...],
+                        placement: Sequence[int]) -> dict[str, list[int]]:
+    """For every dimension, the group whose GPUs span the most nodes under ``placement`` (ties:
+    the representative group). On a regular cluster every group of a dimension sits alike;
+    around failed GPUs they may not, and the slowest group paces the step. O(GPUs) per
+    dimension: dense groups (and dp x cp) are translates of the representative one."""
+    from placer.topology import topology_of
+
+    topo = topology_of(cluster)
+    grid = MeshGrid(layout, order)
+    node = [topo.node_of(slot) for slot in placement]
+    out: dict[str, list[int]] = {}
+    for dim, rep in representative_groups(layout, order).items():
+        if dim in ("etp", "ep", "edp"):
+            groups: Iterable[list[int]] = grid.groups(dim)
+        else:
+            dims = ("dp", "cp") if dim == "dp" else (dim,)
+            steps = [(grid.strides[d], grid.sizes[d]) for d in dims]
+            bases = (i for i in range(layout.num_gpus)
+                     if all((i // stride) % size == 0 for stride, size in steps))
+            groups = ([base + offset for offset in rep] for base in bases)
+        worst, span = rep, len({node[i] for i in rep})
+        for group in groups:
+            nodes = len({node[i] for i in group})
+            if nodes > span:
+                worst, span = group, nodes
+        out[dim] = worst
+    return out
+
+
 def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
-                placement: Sequence[int] | None) -> GroupLinks:
-    """GroupLink of every dimension's representative group under full concurrency."""
+                placement: Sequence[int] | None,
+                groups: Mapping[str, list[int]] | None = None) -> GroupLinks:
+    """GroupLink of every dimension's representative group (or the given ``groups``, logical
+    indices per dimension) under full concurrency."""
     key: tuple[object, ...] | None = None
-    if placement is None:
+    if placement is None and groups is None:
         key = (id(cluster), layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
                order)
         hit = _NATURAL.get(key)
@@ -74,6 +117,7 @@ def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
     topo = topology_of(cluster)
     links: GroupLinks = {}
     for dim, members in representative_groups(layout, order).items():
+        members = (groups or {}).get(dim, members)
         slots = members if placement is None else [placement[i] for i in members]
         link = topo.group_link(slots, concurrent="all")
         if link.link_class == "network" and min(link.inter_bytes_per_s,

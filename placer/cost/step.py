@@ -11,7 +11,7 @@ The breakdown's parts add up to the step time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from placer.cost import collectives as coll
@@ -94,12 +94,14 @@ class _StageTime:
 def estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
              order: Sequence[str] = DEFAULT_ORDER, placement: Sequence[int] | None = None,
              profile: LinkProfile | None = None,
-             options: CostOptions = DEFAULT_OPTIONS) -> Estimate:
+             options: CostOptions = DEFAULT_OPTIONS,
+             groups: Mapping[str, list[int]] | None = None) -> Estimate:
     """Predicted step time, throughput, memory and breakdown of one layout and placement.
 
     ``order`` is the mesh order (placer.mesh, innermost first); ``placement`` maps logical index
-    i to GPU slot ``placement[i]`` (None: slot i). The layout is assumed valid for the job
-    (``placer.spec.validate_layout``); the cost model itself tolerates uneven pipeline splits.
+    i to GPU slot ``placement[i]`` (None: slot i); ``groups`` names the group priced per
+    dimension (default: the one holding index 0; see ``groups.worst_placed_groups``). The
+    layout is assumed valid for the job (``placer.spec.validate_layout``).
     ``options`` says how the framework runs it (flash attention, overlaps, MoE imbalance).
     """
     if layout.num_gpus > cluster.num_gpus:
@@ -109,7 +111,7 @@ def estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         raise InputError("placement", len(placement),
                          f"must map all {layout.num_gpus} logical ranks to GPU slots")
     calib = calibration_for(cluster, profile)
-    links = group_links(cluster, layout, tuple(order), placement)
+    links = group_links(cluster, layout, tuple(order), placement, groups)
     return estimate_with(model, cluster, job, layout, tuple(order), links, calib, options)
 
 
@@ -434,7 +436,14 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     nics = not per_step_zero3  # ZeRO-3 shards: each GPU's own NIC share (_zero_traffic)
     memo: dict[tuple[float, float], list[tuple[str, GroupLink, float, CollectiveTime,
                                               float]]] = {}
+    # Along the stages of one shape the window only grows, so what is exposed only shrinks:
+    # once it drops below that shape's first value, the shape's later stages cannot be worst.
+    first_exposed: dict[tuple[int, int, bool, bool], float] = {}
+    done: set[tuple[int, int, bool, bool]] = set()
     for shape, times in zip(shapes, stage_times, strict=True):
+        shape_key = (shape.layers, shape.moe_layers, shape.first, shape.last)
+        if shape_key in done:
+            continue
         params = stage_params(model, layout, shape)
         key = (params.dense, params.expert)
         if key not in memo:
@@ -450,6 +459,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
             exposed += _bucketed_exposed(gathers, times.compute.forward_s, calib)
         else:
             exposed = sum(p[3].time_s for p in parts)
+        if exposed < first_exposed.setdefault(shape_key, exposed):
+            done.add(shape_key)
+            continue
         if exposed >= worst:
             worst, rows = exposed, parts
     total = sum(p[3].time_s for p in rows)

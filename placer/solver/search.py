@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from placer.cost import estimate, minimum_gpus_needed
+from placer.cost.groups import representative_groups, worst_placed_groups
 from placer.errors import InfeasibleError
 from placer.mesh import order_text
 from placer.solver.placement import (
@@ -84,7 +85,10 @@ def _nvlink_size(cluster: Cluster) -> int:
 
 def _placements(row: Row, topology: ClusterTopology, cluster: Cluster, job: Job,
                 time_limit_s: float) -> list[Placement]:
-    if cluster.is_regular and row.layout.num_gpus == cluster.num_gpus:
+    # A regular cluster used whole, or on whole nodes: its first nodes are as good as any, and
+    # the mesh orders and node tilings cover them (the segment search is for uneven nodes).
+    whole_nodes = row.layout.num_gpus % (cluster.num_gpus // cluster.num_nodes) == 0
+    if cluster.is_regular and (row.layout.num_gpus == cluster.num_gpus or whole_nodes):
         return (order_placements(row.layout, topology, job)
                 + tiling_placements(row.layout, topology, job))
     weights = traffic_weights(row.estimate.collectives)
@@ -126,6 +130,29 @@ def _best_placement(model: Model, cluster: Cluster, job: Job, row: Row,
         why.append(f"placement: {gain:.1%} faster than the natural order "
                    f"{order_text(row.estimate.mesh_order)}")
     return _Placed(est, placement, len(placements), why)
+
+
+def _priced_on_worst_groups(placed: _Placed, model: Model, cluster: Cluster, job: Job,
+                            profile: LinkProfile | None) -> _Placed:
+    """Around failed GPUs the groups of a dimension need not sit alike, and the placements were
+    costed on the group holding index 0: price each pick on its worst-placed groups instead
+    (O(GPUs) per dimension, so only for the picks)."""
+    est, placement = placed.estimate, placed.placement
+    if placement.slots is None:
+        return placed
+    order = tuple(placement.order)
+    worst = worst_placed_groups(cluster, est.layout, order, placement.slots)
+    first = representative_groups(est.layout, order)
+    if worst == first:
+        return placed
+    repriced = estimate(model, cluster, job, est.layout, order=order,
+                        placement=placement.slots, profile=profile, groups=worst)
+    if repriced.step_time_s <= est.step_time_s:
+        return placed
+    dims = ", ".join(d for d in worst if worst[d] != first[d])
+    why = [*placed.why, f"placement: priced on its worst-placed {dims} group(s), which span more "
+           f"nodes than the first: {repriced.step_time_s / est.step_time_s - 1:.1%} slower"]
+    return replace(placed, estimate=repriced, why=why)
 
 
 def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
@@ -219,6 +246,8 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     if not placed:
         raise InfeasibleError(f"no placement keeps every TP group inside an NVLink domain on "
                               f"{cluster.name}; set allow_tp_outside_nvlink to allow it")
+    if not cluster.is_regular:
+        placed = [_priced_on_worst_groups(p, model, cluster, job, profile) for p in placed]
     placed.sort(key=lambda p: p.key)
     if space.note:
         placed = [replace(p, why=[f"uses {p.estimate.layout.num_gpus} of {cluster.num_gpus} GPUs "
