@@ -141,4 +141,4 @@ def test_explain_says_how_many_gpus_stay_idle_and_the_uneven_split() -> None:
     lines = explain(MODEL, degraded, JOB, [split], None, [])
     assert "layers per pipeline stage 21/21/19/19" in lines[0]
     assert lines[1].startswith("It uses 32 of the 63 usable GPUs; the other 31 stay idle")
-    assert "divide the 80 layers and the global batch of 512" in lines[1]
+    assert "divide the global batch of 512, and TP the attention heads" in lines[1]

@@ -43,8 +43,8 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
     if idle > 0:
         lines.append(f"It uses {best.layout.num_gpus} of the {cluster.num_gpus} usable GPUs; the "
                      f"other {idle} stay idle because no layout over more of them is both valid "
-                     f"(its degrees must also divide the {model.num_layers} layers and the "
-                     f"global batch of {job.global_batch_size}) and faster.")
+                     f"(data parallelism must divide the global batch of "
+                     f"{job.global_batch_size}, and TP the attention heads) and faster.")
     if len(candidates) > 1:
         lines.append(versus(best, candidates[1], "#2"))
     if baseline is not None:
