@@ -87,8 +87,7 @@ def _placements(row: Row, topology: ClusterTopology, cluster: Cluster, job: Job,
                 time_limit_s: float) -> list[Placement]:
     # A regular cluster used whole, or on whole nodes: its first nodes are as good as any, and
     # the mesh orders and node tilings cover them (the segment search is for uneven nodes).
-    whole_nodes = row.layout.num_gpus % (cluster.num_gpus // cluster.num_nodes) == 0
-    if cluster.is_regular and (row.layout.num_gpus == cluster.num_gpus or whole_nodes):
+    if cluster.is_regular and row.layout.num_gpus % (cluster.num_gpus // cluster.num_nodes) == 0:
         return (order_placements(row.layout, topology, job)
                 + tiling_placements(row.layout, topology, job))
     weights = traffic_weights(row.estimate.collectives)
