@@ -26,15 +26,18 @@ _CACHE_SIZE = 4096
 _NATURAL: OrderedDict[tuple[object, ...], tuple[Cluster, GroupLinks]] = OrderedDict()
 
 
-def representative_groups(layout: Layout, order: tuple[str, ...]) -> dict[str, list[int]]:
-    """Logical indices of the group holding index 0, for every dimension of size > 1."""
+def representative_groups(layout: Layout, order: tuple[str, ...],
+                          experts: bool = True) -> dict[str, list[int]]:
+    """Logical indices of the group holding index 0, for every dimension of size > 1 (the
+    expert dimensions etp, ep and edp only with ``experts``: a dense model has none)."""
     return {dim: list(members) for dim, members in _representative_groups(
-        layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp, tuple(order)).items()}
+        layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp, tuple(order),
+        experts).items()}
 
 
 @lru_cache(maxsize=4096)
 def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int,
-                           order: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+                           order: tuple[str, ...], experts: bool) -> dict[str, tuple[int, ...]]:
     """Cached by degrees: the search prices many layouts (micro-batch, ZeRO, recompute) that
     share them, and an expert-data-parallel group can hold thousands of ranks."""
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
@@ -49,7 +52,7 @@ def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int
                               for i in range(layout.dp) for j in range(layout.cp))
     expert = {"etp": range(layout.etp), "ep": range(0, layout.ep * layout.etp, layout.etp),
               "edp": range(0, layout.expert_dp * layout.ep * layout.etp, layout.ep * layout.etp)}
-    for dim, locals_ in expert.items():
+    for dim, locals_ in expert.items() if experts else ():
         if len(locals_) > 1:
             groups[dim] = sorted(_stage_local_to_logical(layout, order, strides, i)
                                  for i in locals_)
@@ -70,7 +73,7 @@ def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dic
 
 
 def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...],
-                        placement: Sequence[int]) -> dict[str, list[int]]:
+                        placement: Sequence[int], experts: bool = True) -> dict[str, list[int]]:
     """For every dimension, the group whose GPUs span the most nodes under ``placement`` (ties:
     the representative group). On a regular cluster every group of a dimension sits alike;
     around failed GPUs they may not, and the slowest group paces the step. O(GPUs) per
@@ -81,7 +84,7 @@ def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...]
     grid = MeshGrid(layout, order)
     node = [topo.node_of(slot) for slot in placement]
     out: dict[str, list[int]] = {}
-    for dim, rep in representative_groups(layout, order).items():
+    for dim, rep in representative_groups(layout, order, experts).items():
         if dim in ("etp", "ep", "edp"):
             groups: Iterable[list[int]] = grid.groups(dim)
         else:
@@ -101,13 +104,14 @@ def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...]
 
 def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
                 placement: Sequence[int] | None,
-                groups: Mapping[str, list[int]] | None = None) -> GroupLinks:
+                groups: Mapping[str, list[int]] | None = None,
+                experts: bool = True) -> GroupLinks:
     """GroupLink of every dimension's representative group (or the given ``groups``, logical
-    indices per dimension) under full concurrency."""
+    indices per dimension) under full concurrency; expert dimensions only with ``experts``."""
     key: tuple[object, ...] | None = None
     if placement is None and groups is None:
         key = (id(cluster), layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
-               order)
+               order, experts)
         hit = _NATURAL.get(key)
         if hit is not None and hit[0] is cluster:
             _NATURAL.move_to_end(key)
@@ -116,7 +120,7 @@ def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
 
     topo = topology_of(cluster)
     links: GroupLinks = {}
-    for dim, members in representative_groups(layout, order).items():
+    for dim, members in representative_groups(layout, order, experts).items():
         members = (groups or {}).get(dim, members)
         slots = members if placement is None else [placement[i] for i in members]
         link = topo.group_link(slots, concurrent="all")

@@ -111,7 +111,8 @@ def estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         raise InputError("placement", len(placement),
                          f"must map all {layout.num_gpus} logical ranks to GPU slots")
     calib = calibration_for(cluster, profile)
-    links = group_links(cluster, layout, tuple(order), placement, groups)
+    links = group_links(cluster, layout, tuple(order), placement, groups,
+                        experts=model.moe is not None)
     return estimate_with(model, cluster, job, layout, tuple(order), links, calib, options)
 
 
@@ -437,13 +438,13 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     memo: dict[tuple[float, float], list[tuple[str, GroupLink, float, CollectiveTime,
                                               float]]] = {}
     # Along the stages of one shape the window only grows, so what is exposed only shrinks:
-    # once it drops below that shape's first value, the shape's later stages cannot be worst.
-    first_exposed: dict[tuple[int, int, bool, bool], float] = {}
-    done: set[tuple[int, int, bool, bool]] = set()
+    # the first stage of each shape is its worst, and the first worst stage is reported.
+    seen: set[tuple[int, int, bool, bool]] = set()
     for shape, times in zip(shapes, stage_times, strict=True):
         shape_key = (shape.layers, shape.moe_layers, shape.first, shape.last)
-        if shape_key in done:
+        if shape_key in seen:
             continue
+        seen.add(shape_key)
         params = stage_params(model, layout, shape)
         key = (params.dense, params.expert)
         if key not in memo:
@@ -459,10 +460,7 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
             exposed += _bucketed_exposed(gathers, times.compute.forward_s, calib)
         else:
             exposed = sum(p[3].time_s for p in parts)
-        if exposed < first_exposed.setdefault(shape_key, exposed):
-            done.add(shape_key)
-            continue
-        if exposed >= worst:
+        if exposed > worst or not rows:
             worst, rows = exposed, parts
     total = sum(p[3].time_s for p in rows)
     for name, link, nbytes, one, _ in rows:

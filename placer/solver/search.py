@@ -140,8 +140,9 @@ def _priced_on_worst_groups(placed: _Placed, model: Model, cluster: Cluster, job
     if placement.slots is None:
         return placed
     order = tuple(placement.order)
-    worst = worst_placed_groups(cluster, est.layout, order, placement.slots)
-    first = representative_groups(est.layout, order)
+    experts = model.moe is not None
+    worst = worst_placed_groups(cluster, est.layout, order, placement.slots, experts)
+    first = representative_groups(est.layout, order, experts)
     if worst == first:
         return placed
     repriced = estimate(model, cluster, job, est.layout, order=order,
