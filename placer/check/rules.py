@@ -171,36 +171,29 @@ def tp_rules(placed: Placed) -> list[Finding]:
     severity: Severity | None = "warning" if placed.allow_tp_outside_nvlink else None
     line = placed.line("order", "tp") if reorder else placed.line("tp", "order")
     net = _NETWORK_NAMES[topo.cluster.network.kind]
-    if cross:
-        ranks, slots = cross[0]
+
+    def message(rule: str, ranks: list[int], slots: list[int], nodes: list[int]) -> str:
+        if rule == "tp-cross-node":
+            return (f"TP group of ranks {span(ranks)} spans nodes {span(nodes)}: its per-layer "
+                    f"collectives would cross the {net} network instead of {fast}; {hint}")
+        if rule == "tp-outside-nvlink":
+            return (f"TP group of ranks {span(ranks)} on node {span(nodes)} leaves its NVLink "
+                    f"domain (GPUs {span([topo.locate(s)[1] for s in slots])}); part of each "
+                    f"collective goes over PCIe; {hint}")
+        return (f"TP group of ranks {span(ranks)} on node {span(nodes)} runs over PCIe: "
+                f"{node_type} nodes have no NVLink, so this is the best they allow")
+
+    kinds = (("tp-cross-node", cross, severity), ("tp-outside-nvlink", bridge, severity),
+             ("tp-pcie-only", pcie, None))
+    for rule, members, rule_severity in kinds:
+        if not members:
+            continue
+        ranks, slots = members[0]
         nodes = topo.nodes_of(slots)
         found.append(finding(
-            "tp-cross-node",
-            f"TP group of ranks {span(ranks)} spans nodes {span(nodes)}: its per-layer "
-            f"collectives would cross the {net} network instead of {fast}; {hint}"
-            f"{_more(len(cross), 'tp')}",
+            rule, message(rule, ranks, slots, nodes) + _more(len(members), "tp"),
             placed.file, line, group="tp", ranks=ranks, nodes=nodes,
-            candidate=placed.candidate, severity=severity))
-    if bridge:
-        ranks, slots = bridge[0]
-        nodes = topo.nodes_of(slots)
-        found.append(finding(
-            "tp-outside-nvlink",
-            f"TP group of ranks {span(ranks)} on node {span(nodes)} leaves its NVLink domain "
-            f"(GPUs {span([topo.locate(s)[1] for s in slots])}); part of each collective goes "
-            f"over PCIe; {hint}{_more(len(bridge), 'tp')}",
-            placed.file, line, group="tp", ranks=ranks, nodes=nodes,
-            candidate=placed.candidate, severity=severity))
-    if pcie:
-        ranks, slots = pcie[0]
-        nodes = topo.nodes_of(slots)
-        found.append(finding(
-            "tp-pcie-only",
-            f"TP group of ranks {span(ranks)} on node {span(nodes)} runs over PCIe: "
-            f"{node_type} nodes have no NVLink, so this is the best they allow"
-            f"{_more(len(pcie), 'tp')}",
-            placed.file, line, group="tp", ranks=ranks, nodes=nodes,
-            candidate=placed.candidate))
+            candidate=placed.candidate, severity=rule_severity))
     return found
 
 
