@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from placer.check import CheckOptions, CheckReport, Finding, check_paths
-from placer.cli import main
 from placer.spec.presets import load_cluster, load_model
 
 DATA = Path(__file__).resolve().parent / "data" / "check"
@@ -43,9 +40,3 @@ def line_of(path: Path, text: str) -> int:
     return lines[-1]
 
 
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``placer ARGS`` in process; returns (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err

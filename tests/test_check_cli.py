@@ -7,7 +7,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from helpers_check import DATA, cli, line_of, run_check
+from helpers_check import DATA, line_of, run_check
+from helpers_cli import cli
 
 from placer.check import RULES, CheckReport
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers_cli import assert_one_line_error, cli
 from helpers_launch import plan_2x2_tp_intra, plan_2x4_moe_remapped
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placer.cli import main
 from placer.cli.recommend_command import write_outputs
 from placer.errors import PlacerError
 from placer.launch import write_launch_files
@@ -37,20 +37,6 @@ from placer.spec.presets import cluster_preset, load_job, model_preset
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 LAUNCH_FILES = 10
-
-
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out = capsys.readouterr()
-    return int(info.value.code or 0), out.out, out.err
-
-
-def _assert_one_line_error(code: int, err: str) -> None:
-    assert code == 2, err
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) > 8, err
-    assert "Traceback" not in err
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -204,12 +190,12 @@ def test_existing_files_need_force(tmp_path: Path, capsys: pytest.CaptureFixture
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(plan_json(plan_2x2_tp_intra()))
     out = tmp_path / "out"
-    assert _cli(["launch", str(plan_path), "--out", str(out)], capsys)[0] == 0
+    assert cli(["launch", str(plan_path), "--out", str(out)], capsys)[0] == 0
     before = _snapshot(out)
-    code, _, err = _cli(["launch", str(plan_path), "--out", str(out), "--script", "x.py"], capsys)
-    _assert_one_line_error(code, err)
+    code, _, err = cli(["launch", str(plan_path), "--out", str(out), "--script", "x.py"], capsys)
+    assert_one_line_error(code, err)
     assert "--force" in err and _snapshot(out) == before
-    code, _, _ = _cli(["launch", str(plan_path), "--out", str(out), "--script", "x.py",
+    code, _, _ = cli(["launch", str(plan_path), "--out", str(out), "--script", "x.py",
                        "--force"], capsys)
     assert code == 0 and b"x.py" in (out / "launch.sh").read_bytes()
     assert sorted(_snapshot(out)) == sorted(before)
@@ -220,14 +206,14 @@ def test_recommend_emit_needs_force(tmp_path: Path, capsys: pytest.CaptureFixtur
     args = ["recommend-layout", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
             "--seq-len", "4096", "--global-batch", "64", "--top", "1", "--json", "--emit",
             str(out)]
-    code, _, err = _cli(args, capsys)
+    code, _, err = cli(args, capsys)
     assert code == 0, err
     before = _snapshot(out)
     assert "plan.json" in before and len(before) == LAUNCH_FILES + 1
-    code, stdout, err = _cli([*args, "--script", "other.py"], capsys)
-    _assert_one_line_error(code, err)
+    code, stdout, err = cli([*args, "--script", "other.py"], capsys)
+    assert_one_line_error(code, err)
     assert stdout == "" and _snapshot(out) == before
-    code, _, err = _cli([*args, "--script", "other.py", "--force"], capsys)
+    code, _, err = cli([*args, "--script", "other.py", "--force"], capsys)
     assert code == 0, err
     assert b"other.py" in (out / "launch.sh").read_bytes()
 
@@ -286,7 +272,7 @@ def _load(kind: str, path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[in
         "plan-check": ["check", str(path)],
         "profile": [*RECOMMEND, "--profile", str(path)],
     }[kind]
-    code, _, err = _cli(args, capsys)
+    code, _, err = cli(args, capsys)
     return code, err
 
 
@@ -336,7 +322,7 @@ def test_truncated_files_give_one_line_and_exit_2(kind: str,
             if suffix == ".yaml" and code in (0, 1):
                 assert "Traceback" not in err
             else:
-                _assert_one_line_error(code, err)
+                assert_one_line_error(code, err)
             outcomes.append(code)
 
     check()
@@ -391,7 +377,7 @@ def test_wrong_types_and_bad_numbers_give_one_line_and_exit_2(
             if code in (0, 1):
                 assert "Traceback" not in err
             else:
-                _assert_one_line_error(code, err)
+                assert_one_line_error(code, err)
             outcomes.append(code)
 
     check()
@@ -437,7 +423,7 @@ def test_malformed_files_give_one_line_and_exit_2(kind: str, case: str, tmp_path
     else:
         path.write_text(content)
     code, err = _load(kind, path, capsys)
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
 
 
 def test_oversized_file_is_refused_without_reading_it(tmp_path: Path,
@@ -447,7 +433,7 @@ def test_oversized_file_is_refused_without_reading_it(tmp_path: Path,
         handle.truncate(65 * 2**20)
     for kind in ("model", "cluster", "job"):
         code, err = _load(kind, path, capsys)
-        _assert_one_line_error(code, err)
+        assert_one_line_error(code, err)
         assert "larger than" in err
 
 
@@ -457,7 +443,7 @@ def test_negative_sizes_name_the_field(tmp_path: Path, capsys: pytest.CaptureFix
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(doc))
     code, err = _load("cluster", path, capsys)
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert "node_types.0.gpu.memory_bytes" in err and "-80000000000" in err
 
 
@@ -480,10 +466,10 @@ TOML_VALUES = ("8", "0", "-4", "9" * 5000, "9" * 30, "1.5", "nan", "inf", '"8"',
 
 def _check_cli(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> None:
     """``placer check``: a verdict (0 or 1), or exit 2 with one error line per unreadable file."""
-    code, stdout, err = _cli(["check", "--cluster", "dgx-h100", *extra, str(path)], capsys)
+    code, stdout, err = cli(["check", "--cluster", "dgx-h100", *extra, str(path)], capsys)
     assert "Traceback" not in err + stdout
     if code == 2:
-        _assert_one_line_error(code, err)
+        assert_one_line_error(code, err)
     else:
         assert code in (0, 1) and err == "", err
 
@@ -527,15 +513,15 @@ def test_layout_files_and_flags_with_junk_numbers(capsys: pytest.CaptureFixture[
             path.write_text(yaml.safe_dump({"layout": f"{key}={value}", "model": "llama3-8b"}))
             _check_cli(path, capsys)
             _check_cli(_layout_file(Path(tmp)), capsys, "--candidate", value)
-            code, _, err = _cli([*RECOMMEND, "--constraint", f"{key}<={value}"], capsys)
+            code, _, err = cli([*RECOMMEND, "--constraint", f"{key}<={value}"], capsys)
             if code != 0:
-                _assert_one_line_error(code, err)
+                assert_one_line_error(code, err)
                 assert "int()" not in err  # the user's words, not Python's
-            code, _, err = _cli(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100",
+            code, _, err = cli(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100",
                                  "--seq-len", "4096", "--global-batch", "64",
                                  "--layout", f"{key}={value}"], capsys)
             if code != 0:
-                _assert_one_line_error(code, err)
+                assert_one_line_error(code, err)
 
     check()
 
@@ -555,11 +541,11 @@ def test_imported_topologies_with_junk_numbers(tmp_path: Path,
     for index, (name, text) in enumerate(cases):
         path = tmp_path / f"{index}-{name}"
         path.write_text(text)
-        code, _, err = _cli(["topology", "import", str(path), "--gpu", "H100-SXM-80GB",
+        code, _, err = cli(["topology", "import", str(path), "--gpu", "H100-SXM-80GB",
                              "--out", str(tmp_path / f"{index}.yaml")], capsys)
         assert "Traceback" not in err
         if code != 0:
-            _assert_one_line_error(code, err)
+            assert_one_line_error(code, err)
 
 
 def test_topology_import_out_needs_force(tmp_path: Path,
@@ -567,14 +553,14 @@ def test_topology_import_out_needs_force(tmp_path: Path,
     sample = Path(__file__).parent / "data" / "topo" / "pcie_8gpu.txt"
     out = tmp_path / "node.yaml"
     args = ["topology", "import", str(sample), "--gpu", "L40S", "--out", str(out)]
-    assert _cli(args, capsys)[0] == 0
+    assert cli(args, capsys)[0] == 0
     out.write_text("# edited by hand\n")
-    code, _, err = _cli(args, capsys)
-    _assert_one_line_error(code, err)
+    code, _, err = cli(args, capsys)
+    assert_one_line_error(code, err)
     assert "--force" in err and out.read_text() == "# edited by hand\n"
     with fail_at_move(1):
-        code, _, err = _cli([*args, "--force"], capsys)
-    _assert_one_line_error(code, err)
+        code, _, err = cli([*args, "--force"], capsys)
+    assert_one_line_error(code, err)
     assert _snapshot(tmp_path) == {"node.yaml": b"# edited by hand\n"}
-    assert _cli([*args, "--force"], capsys)[0] == 0
+    assert cli([*args, "--force"], capsys)[0] == 0
     assert out.read_text().startswith("#") and "gpus_per_node: 8" in out.read_text()

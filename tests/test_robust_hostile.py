@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_cli import assert_one_line_error, cli
 from helpers_launch import plan_2x2_tp_intra, plan_2x4_moe_remapped
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from placer.cli import main
 from placer.report.plan import plan_json
 
 MARK = "@MARK@"  # replaced by the marker's absolute path inside each example
@@ -114,20 +114,6 @@ def _sandbox() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="placer-hostile-")
 
 
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out = capsys.readouterr()
-    return int(info.value.code or 0), out.out, out.err
-
-
-def _assert_one_line_error(code: int, err: str) -> None:
-    assert code == 2, err
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) > 8, err
-    assert "Traceback" not in err
-
-
 # ----- fields with a pattern: refused ---------------------------------------------------------
 
 
@@ -190,8 +176,8 @@ def test_pattern_fields_refuse_hostile_values(field: str,
             plan_path = box.root / "plan.json"
             plan_path.write_text(json.dumps(data))
             out = box.root / "out"
-            code, stdout, err = _cli(["launch", str(plan_path), "--out", str(out)], capsys)
-            _assert_one_line_error(code, err)
+            code, stdout, err = cli(["launch", str(plan_path), "--out", str(out)], capsys)
+            assert_one_line_error(code, err)
             assert not out.exists() and stdout == ""
             assert not [p for p in box.root.iterdir() if p.name.startswith(".out.")]
             box.assert_clean()
@@ -214,10 +200,10 @@ def test_hostile_cluster_and_model_files_are_refused_before_solving(
             PATTERN_FIELDS[field](data, box.value(template))
             (box.root / "c.json").write_text(json.dumps(data["cluster"]))
             (box.root / "m.json").write_text(json.dumps(data["model"]))
-            code, _, err = _cli(["recommend-layout", "--model", str(box.root / "m.json"),
+            code, _, err = cli(["recommend-layout", "--model", str(box.root / "m.json"),
                                  "--cluster", str(box.root / "c.json"), "--emit",
                                  str(box.root / "emit")], capsys)
-            _assert_one_line_error(code, err)
+            assert_one_line_error(code, err)
             assert not (box.root / "emit").exists()
             box.assert_clean()
 
@@ -234,9 +220,9 @@ def test_hostile_model_file_name_is_refused(capsys: pytest.CaptureFixture[str]) 
             model = {k: v for k, v in _BASE_PLAN["model"].items() if k != "name"}
             path = box.root / (box.value(template) + ".json")
             path.write_text(json.dumps(model))
-            code, _, err = _cli(["recommend-layout", "--model", str(path), "--cluster",
+            code, _, err = cli(["recommend-layout", "--model", str(path), "--cluster",
                                  "dgx-h100", "--nodes", "1", "--json"], capsys)
-            _assert_one_line_error(code, err)
+            assert_one_line_error(code, err)
             box.assert_clean()
 
     check()
@@ -249,7 +235,7 @@ def _write_launch(box: Sandbox, out: Path, script: str, plan_factory: Callable[[
                   capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     plan_path = box.root / "plan.json"
     plan_path.write_text(plan_json(plan_factory()))
-    code, _, err = _cli(["launch", str(plan_path), "--out", str(out), "--script", script,
+    code, _, err = cli(["launch", str(plan_path), "--out", str(out), "--script", script,
                          "--debug"], capsys)
     return code, err
 
@@ -293,7 +279,7 @@ def test_script_path_reaches_torchrun_as_one_unchanged_argument(
             out = box.root / "launch"
             code, err = _write_launch(box, out, script, plan_2x2_tp_intra, capsys)
             if code == 2:  # control characters or a leading '-': refused, nothing written
-                _assert_one_line_error(code, err)
+                assert_one_line_error(code, err)
                 assert not out.exists()
                 assert any(ord(c) < 32 or c == "\x7f" for c in script) or script[0] == "-"
             else:
