@@ -241,3 +241,12 @@ __all__ = [
     "read_results",
     "run_standalone",
 ]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is still a live process (not gone, not a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

@@ -21,6 +21,7 @@ from helpers_dist import (
     assert_groups_match,
     permuted_4rank_map,
     prepare_job,
+    process_alive,
     read_results,
 )
 
@@ -38,14 +39,6 @@ needs_netns = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 def _namespaces() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
     return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 # ------------------------------------------------------------------ no root needed
@@ -171,11 +164,11 @@ def test_exception_in_block_kills_process_trees_and_removes_namespaces() -> None
         )
         assert proc.stdout is not None
         grandchild = int(proc.stdout.readline())
-        assert _alive(grandchild)
+        assert process_alive(grandchild)
         t0 = time.monotonic()
         codes = cluster.wait([proc], timeout_s=0.5)
         assert codes == [-signal.SIGTERM] and time.monotonic() - t0 < 5
-        assert not _alive(grandchild)
+        assert not process_alive(grandchild)
         straggler = cluster.run_in_node(1, ["sleep", "300"])
         raise RuntimeError("boom")
     assert straggler.returncode is not None
@@ -230,7 +223,7 @@ def test_signal_tears_down(signum: int) -> None:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
-    assert not _alive(sleeper)
+    assert not process_alive(sleeper)
     assert not {f"{prefix}n0", f"{prefix}n1", f"{prefix}br"} & _namespaces()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_dist import process_alive
 
 from placer.spec import Job, Model
 from placer.verify.calibrate import CalibrationResult, Sweep, calibrate_from_bench, run_bench
@@ -71,14 +72,6 @@ class OneHangsOneCrashes(Launcher):
         return self.inner.run(script_argv, log_dir, timeout_s)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_failures_are_reported_and_the_others_still_run(calibration: CalibrationResult,
                                                         tmp_path: Path) -> None:
     model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
@@ -108,7 +101,7 @@ def test_failures_are_reported_and_the_others_still_run(calibration: Calibration
     assert ok.op_measured_s and ok.gemm_call_measured_s
     assert (results[1].error or "").startswith("timeout")
     assert "exit codes" in (results[2].error or "")
-    assert not _alive(int((tmp_path / "pid").read_text()))
+    assert not process_alive(int((tmp_path / "pid").read_text()))
     assert summary["kendall_tau"] == 1.0 and summary["predicted_best"] == 0
     assert fb is not None and summary["after_calibration"]["predicted_best"] == 0
     doc = results_document("plan", "local", options, "p", results, summary, fb)
