@@ -284,14 +284,13 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         layout, model.moe is not None)
     best: tuple[float, int, _StageMemory] | None = None
     acts = _activation_parts(model, job, layout, options)
-    seen: set[tuple[int, int, bool, bool]] = set()
+    seen: set[tuple[int, int, bool, bool]] = set()  # StageShape.kind
     for shape in stage_shapes(model, layout):
         # Stages of the same shape differ only in the micro-batches they hold, which never
         # grow with the stage index: the earliest of each shape is its worst (O(shapes)).
-        key = (shape.layers, shape.moe_layers, shape.first, shape.last)
-        if key in seen:
+        if shape.kind in seen:
             continue
-        seen.add(key)
+        seen.add(shape.kind)
         mem = _stage_memory(model, job, layout, shape, options, acts)
         dynamic = mem.activations + mem.logits + mem.moe_buffers + mem.transient
         total = mem.weights + mem.gradients + mem.optimizer + dynamic + _fragmentation(dynamic)

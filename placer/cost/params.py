@@ -110,6 +110,11 @@ class StageShape:
     first: bool
     last: bool
 
+    @property
+    def kind(self) -> tuple[int, int, bool, bool]:
+        """Everything but the position: stages of one kind hold the same work and parameters."""
+        return (self.layers, self.moe_layers, self.first, self.last)
+
 
 def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:
     """Every pipeline rank's share of the model (O(layers), no rank enumeration; cached)."""

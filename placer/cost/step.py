@@ -142,7 +142,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     stage_times = []
     by_shape: dict[tuple[int, int, bool, bool], _StageTime] = {}  # a deep pipeline repeats shapes
     for shape in shapes:
-        key = (shape.layers, shape.moe_layers, shape.first, shape.last)
+        key = shape.kind
         if key not in by_shape:
             compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
             if shape.last:
@@ -441,10 +441,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     # the first stage of each shape is its worst, and the first worst stage is reported.
     seen: set[tuple[int, int, bool, bool]] = set()
     for shape, times in zip(shapes, stage_times, strict=True):
-        shape_key = (shape.layers, shape.moe_layers, shape.first, shape.last)
-        if shape_key in seen:
+        if shape.kind in seen:
             continue
-        seen.add(shape_key)
+        seen.add(shape.kind)
         params = stage_params(model, layout, shape)
         key = (params.dense, params.expert)
         if key not in memo:
