@@ -1,6 +1,6 @@
 """How close the cost model comes to published training runs (the calibration set).
 
-Runs every record of ../shared/reference/published-runs.json that has enough detail through
+Runs every record of bench/data/published-runs.json that has enough detail through
 ``placer.cost.estimate`` and prints one row per record (predicted vs reported throughput per GPU),
 then: mean and max absolute percentage error of throughput, the fraction of pairwise layout
 comparisons ordered right, and whether each out-of-memory row is predicted not to fit. Records
@@ -38,7 +38,7 @@ from placer.spec.profile import LinkClassProfile, LinkProfile
 from placer.spec.results import Estimate
 
 REPO = Path(__file__).resolve().parents[1]
-RUNS = REPO.parent / "shared" / "reference" / "published-runs.json"
+RUNS = REPO / "bench" / "data" / "published-runs.json"
 TARGETS = {"mean": 5.0, "max": 12.0, "pairwise": 90.0}
 MINIMUM = {"mean": 10.0, "max": 25.0, "pairwise": 80.0}
 

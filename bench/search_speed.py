@@ -11,7 +11,7 @@ layout slower *and* larger than another of the same degrees), then the greedy to
 (branch and bound + CP-SAT) must return the same K layouts; the bench prints both.
 
 ``--published`` runs recommend-layout's search on every loadable production run of
-../shared/reference/published-runs.json (bench/accuracy.py reads them) and compares the top
+bench/data/published-runs.json (bench/accuracy.py reads them) and compares the top
 candidate's predicted step time with the published layout's, both priced by placer's cost model.
 
     .venv/bin/python bench/search_speed.py [--case NAME ...] [--no-brute] [--published]
