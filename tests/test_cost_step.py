@@ -6,6 +6,7 @@ import pytest
 
 from placer.cost import estimate
 from placer.cost.options import CostOptions
+from placer.dims import Group, Part
 from placer.mesh import DEFAULT_ORDER
 from placer.spec import Job, Layout, Model
 from placer.spec.presets import cluster_names, cluster_preset, model_preset
@@ -170,7 +171,7 @@ def test_representative_groups_match_the_mesh_without_enumerating(order: tuple[s
     for dim in ("tp", "cp", "pp", "ep", "etp", "edp"):
         if dim in groups:
             assert groups[dim] == grid.groups(dim)[0], dim
-    assert groups["dp"] == grid.groups("dp_cp")[0]
+    assert groups[Group.DP_CP] == grid.groups("dp_cp")[0]
 
 
 def test_moe_all_to_all_moves_top_k_copies_forward_and_backward() -> None:
@@ -223,7 +224,7 @@ def test_the_worst_placed_group_can_be_priced_instead_of_the_first() -> None:
     worst = worst_placed_groups(cluster, layout, order, slots)
     first = representative_groups(layout, order)
     assert first["cp"] == [0, 1, 2, 3] and worst["cp"] == [4, 5, 6, 7]
-    assert worst["dp"] == first["dp"]  # every dp x cp group is the same 8 ranks
+    assert worst[Group.DP_CP] == first[Group.DP_CP]  # every dp x cp group is the same 8 ranks
     job = Job(seq_len=8192, global_batch_size=8)
     model = model_preset("llama3-8b")
     as_first = estimate(model, cluster, job, layout, order, placement=slots)
@@ -232,3 +233,30 @@ def test_the_worst_placed_group_can_be_priced_instead_of_the_first() -> None:
     assert as_worst.breakdown.cp_exposed_s > as_first.breakdown.cp_exposed_s
     aligned = worst_placed_groups(cluster, layout, order, [0, 1, 2, 3, 8, 9, 10, 11])
     assert aligned == first
+
+
+def test_dense_and_expert_gradient_reductions_are_separate_rows() -> None:
+    # Mixtral 8x7B on 16 GPUs, tp=2, dp=8, ep=4 (etp=1), no ZeRO: dense gradients all-reduce
+    # over dp x cp = 8 ranks, expert gradients over the expert data-parallel group
+    # tp*cp*dp / (ep*etp) = 4 ranks. One row each, never merged.
+    model = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    layout = Layout.parse("tp=2,dp=8,ep=4,zero=0")
+    est = estimate(model, cluster, Job(seq_len=4096, global_batch_size=512), layout)
+    rows = {c.group: c for c in est.collectives if c.dimension == Part.DP}
+    assert set(rows) == {Group.DP_CP, Group.EDP}
+    dense, expert = rows[Group.DP_CP], rows[Group.EDP]
+    assert (dense.group_size, expert.group_size) == (8, 4)
+    assert dense.collective == expert.collective == "all_reduce"
+    assert dense.calls_per_step == expert.calls_per_step == 1
+    # Hand count from Mixtral's config.json (hidden 4096, 32 heads, 8 KV heads of 128, expert
+    # FFN 14336, vocab 32000, 32 layers, 8 experts), fp32 gradients (4 bytes each).
+    h, layers, vocab, ffn = 4096, 32, 32000, 14336
+    experts_per_rank = 8 // 4
+    assert expert.message_bytes == experts_per_rank * 3 * h * ffn * layers * 4
+    attention = 2 * h * h + 2 * h * 8 * 128
+    dense_params = (layers * attention + 2 * vocab * h) / layout.tp  # untied embedding and head
+    assert dense.message_bytes == pytest.approx(dense_params * 4, rel=5e-3)
+    assert est.collectives == sorted(est.collectives, key=lambda c: (
+        [Part.TP, Part.CP, Part.EP, Part.PP, Part.DP, Part.ZERO].index(c.dimension),
+        c.group != Group.DP_CP))

@@ -130,3 +130,29 @@ def test_gemm_call_time_is_the_cost_models() -> None:
     expected = (flops + (profile.gemm.half_efficiency_flops or 0.0)) / (
         plan.cluster.node_types[0].gpu.bf16_flops * profile.gemm.max_efficiency)
     assert gemm_call_s(256, calib, "bf16") == pytest.approx(expected)
+
+
+def test_the_replay_runs_dense_and_expert_gradient_reductions_on_their_groups() -> None:
+    # Mixtral 8x7B, tp=2, dp=8, ep=4: the dense all-reduce on the 8-rank dp x cp group and the
+    # expert one on the 4-rank expert data-parallel group are both in the program.
+    from placer.cost import estimate
+    from placer.cost.groups import group_links
+    from placer.dims import Group
+    from placer.mesh import DEFAULT_ORDER
+    from placer.spec import Job
+    from placer.spec.presets import cluster_preset, model_preset
+    from placer.verify.replay import build_program
+
+    model, job = model_preset("mixtral-8x7b"), Job(seq_len=4096, global_batch_size=64)
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    layout = Layout.parse("tp=2,dp=8,ep=4,zero=0")
+    est = estimate(model, cluster, job, layout)
+    links = group_links(cluster, layout, DEFAULT_ORDER, None)
+    program = build_program(est, model, job, links, calibration_for(cluster), 0.01, 256)
+    ends = Counter((program.kinds[arg].group, program.kinds[arg].group_size)
+                   for name, arg in program.stages[0] if name == "c"
+                   and program.kinds[arg].dimension == "dp")
+    assert ends == {(Group.DP_CP, 8): 1, (Group.EDP, 4): 1}
+    documented = {(k["group"], k["group_size"]) for k in program.document()["kinds"]
+                  if k["dimension"] == "dp"}
+    assert documented == {("dp_cp", 8), ("edp", 4)}

@@ -14,20 +14,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from placer.cost.collectives import GroupLink
+from placer.dims import Dim, Group
 from placer.errors import InputError
 from placer.mesh import MeshGrid
 from placer.spec.cluster import Cluster
 from placer.spec.layout import Layout
 
-GroupLinks = dict[str, GroupLink]
-"""Links per dimension: tp, cp, pp, dp (the dp x cp gradient group), ep, etp, edp."""
+GroupLinks = dict[Group, GroupLink]
+"""Links per priced group: tp, cp, pp, dp_cp (the gradient group), ep, etp, edp."""
 
 _CACHE_SIZE = 4096
 _NATURAL: OrderedDict[tuple[object, ...], tuple[Cluster, GroupLinks]] = OrderedDict()
 
 
 def representative_groups(layout: Layout, order: tuple[str, ...],
-                          experts: bool = True) -> dict[str, list[int]]:
+                          experts: bool = True) -> dict[Group, list[int]]:
     """Logical indices of the group holding index 0, for every dimension of size > 1 (the
     expert dimensions etp, ep and edp only with ``experts``: a dense model has none)."""
     return {dim: list(members) for dim, members in _representative_groups(
@@ -37,21 +38,23 @@ def representative_groups(layout: Layout, order: tuple[str, ...],
 
 @lru_cache(maxsize=4096)
 def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int,
-                           order: tuple[str, ...], experts: bool) -> dict[str, tuple[int, ...]]:
+                           order: tuple[str, ...], experts: bool) -> dict[Group, tuple[int, ...]]:
     """Cached by degrees: the search prices many layouts (micro-batch, ZeRO, recompute) that
     share them, and an expert-data-parallel group can hold thousands of ranks."""
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
     grid = MeshGrid(layout, order)
     strides = grid.strides
-    groups: dict[str, list[int]] = {}
-    for dim in ("tp", "cp", "pp"):
-        if getattr(layout, dim) > 1:
-            groups[dim] = grid.representative_group(dim)
+    groups: dict[Group, list[int]] = {}
+    for group in (Group.TP, Group.CP, Group.PP):
+        if getattr(layout, group) > 1:
+            groups[group] = grid.representative_group(group)
     if layout.dp * layout.cp > 1:
-        groups["dp"] = sorted(i * strides["dp"] + j * strides["cp"]
-                              for i in range(layout.dp) for j in range(layout.cp))
-    expert = {"etp": range(layout.etp), "ep": range(0, layout.ep * layout.etp, layout.etp),
-              "edp": range(0, layout.expert_dp * layout.ep * layout.etp, layout.ep * layout.etp)}
+        groups[Group.DP_CP] = sorted(i * strides[Dim.DP] + j * strides[Dim.CP]
+                                     for i in range(layout.dp) for j in range(layout.cp))
+    expert = {Group.ETP: range(layout.etp),
+              Group.EP: range(0, layout.ep * layout.etp, layout.etp),
+              Group.EDP: range(0, layout.expert_dp * layout.ep * layout.etp,
+                               layout.ep * layout.etp)}
     for dim, locals_ in expert.items() if experts else ():
         if len(locals_) > 1:
             groups[dim] = sorted(_stage_local_to_logical(layout, order, strides, i)
@@ -64,7 +67,7 @@ def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dic
     """Logical index of stage 0's ``local``-th tp x cp x dp point in mesh order (mesh.py)."""
     index = 0
     for dim in order:
-        if dim == "pp":
+        if dim == Dim.PP:
             continue
         size = getattr(layout, dim)
         index += (local % size) * strides[dim]
@@ -73,7 +76,7 @@ def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dic
 
 
 def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...],
-                        placement: Sequence[int], experts: bool = True) -> dict[str, list[int]]:
+                        placement: Sequence[int], experts: bool = True) -> dict[Group, list[int]]:
     """For every dimension, the group whose GPUs span the most nodes under ``placement`` (ties:
     the representative group). On a regular cluster every group of a dimension sits alike;
     around failed GPUs they may not, and the slowest group paces the step. O(GPUs) per
@@ -83,13 +86,12 @@ def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...]
     topo = topology_of(cluster)
     grid = MeshGrid(layout, order)
     node = [topo.node_of(slot) for slot in placement]
-    out: dict[str, list[int]] = {}
+    out: dict[Group, list[int]] = {}
     for dim, rep in representative_groups(layout, order, experts).items():
-        if dim in ("etp", "ep", "edp"):
+        if dim.expert:
             groups: Iterable[list[int]] = grid.groups(dim)
         else:
-            dims = ("dp", "cp") if dim == "dp" else (dim,)
-            steps = [(grid.strides[d], grid.sizes[d]) for d in dims]
+            steps = [(grid.strides[d], grid.sizes[d]) for d in dim.dims]
             bases = (i for i in range(layout.num_gpus)
                      if all((i // stride) % size == 0 for stride, size in steps))
             groups = ([base + offset for offset in rep] for base in bases)
@@ -104,7 +106,7 @@ def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...]
 
 def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
                 placement: Sequence[int] | None,
-                groups: Mapping[str, list[int]] | None = None,
+                groups: Mapping[Group, list[int]] | None = None,
                 experts: bool = True) -> GroupLinks:
     """GroupLink of every dimension's representative group (or the given ``groups``, logical
     indices per dimension) under full concurrency; expert dimensions only with ``experts``."""

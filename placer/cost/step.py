@@ -35,6 +35,7 @@ from placer.cost.memory import memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
 from placer.cost.profile import Calibration, calibration_for
+from placer.dims import PART_GROUP, PART_ORDER, PRICED_GROUPS, Group, Part
 from placer.errors import InputError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec.cluster import Cluster
@@ -49,31 +50,53 @@ DP_BUCKET_MIN_PARAMS = 40_000_000
 DP_BUCKET_PARAMS_PER_RANK = 1_000_000
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One collective of one size on one group: ``calls`` of it per layer and micro-batch
+    (per-layer traffic), ``last_bucket`` the share of it in the last gradient bucket
+    (once-per-step traffic)."""
+
+    collective: str
+    group: Group
+    link: GroupLink
+    message_bytes: float
+    one: CollectiveTime
+    calls: float = 1.0
+    last_bucket: float = 1.0
+
+    @property
+    def time_s(self) -> float:
+        return self.one.time_s
+
+
 @dataclass
 class _Ledger:
-    """Collective costs as they are added up, keyed for stable output order."""
+    """Collective costs as they are added up, one row per (part, group, collective): the dense
+    gradient reduction (dp_cp) and the expert one (edp) stay apart."""
 
-    rows: dict[tuple[str, str], CollectiveCost] = field(default_factory=dict)
+    rows: dict[tuple[Part, Group, str], CollectiveCost] = field(default_factory=dict)
 
-    def add(self, dimension: str, collective: str, link: GroupLink, nbytes: float,
-            one: CollectiveTime, calls: float, exposed_s: float) -> None:
+    def add(self, part: Part, call: _Call, calls: float, exposed_s: float) -> None:
+        one, link = call.one, call.link
         if one.time_s <= 0 or calls <= 0:
             return
-        key = (dimension, collective)
+        key = (part, call.group, call.collective)
         previous = self.rows.get(key)
         time_s = one.time_s * calls + (previous.time_s if previous else 0.0)
         exposed = exposed_s + (previous.exposed_s if previous else 0.0)
         count = round(calls) + (previous.calls_per_step if previous else 0)
         self.rows[key] = CollectiveCost(
-            dimension=dimension, collective=collective,  # type: ignore[arg-type]
-            message_bytes=int(nbytes), calls_per_step=count, group_size=link.size,
+            dimension=part, group=call.group, collective=call.collective,
+            message_bytes=int(call.message_bytes), calls_per_step=count, group_size=link.size,
             algorithm=one.algorithm, link_class=link.link_class,  # type: ignore[arg-type]
             bus_bandwidth_bytes_per_s=one.bus_bandwidth_bytes_per_s, time_s=time_s,
             exposed_s=exposed)
 
     def sorted_rows(self) -> list[CollectiveCost]:
-        order = {d: i for i, d in enumerate(("tp", "cp", "ep", "pp", "dp", "zero"))}
-        return [self.rows[k] for k in sorted(self.rows, key=lambda k: (order[k[0]], k[1]))]
+        part = {d: i for i, d in enumerate(PART_ORDER)}
+        group = {g: i for i, g in enumerate(PRICED_GROUPS)}
+        return [self.rows[k] for k in
+                sorted(self.rows, key=lambda k: (part[k[0]], group[k[1]], k[2]))]
 
 
 @dataclass(frozen=True)
@@ -163,7 +186,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     # Ledger entries for the per-micro-batch collectives (worst stage, whole step).
     tp_layer.record(ledger, m * worst_shape.layers, m * worst.tp_s)
     ep_layer.record(ledger, m * worst_shape.moe_layers, m * worst.ep_s)
-    if layout.cp > 1 and "cp" in links:
+    if layout.cp > 1 and Group.CP in links:
         _record_cp(ledger, model, layout, links, calib, tokens, m * worst_shape.layers,
                    m * worst.cp_s)
     _record_zero(ledger, model, layout, job, links, calib, worst_shape, m, m * worst.zero_s)
@@ -198,71 +221,71 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         mfu=model_flops / (step * gpus * peak), hfu=hardware_flops / (step * gpus * peak),
         peak_memory_bytes=memory.total_bytes, fits=memory.total_bytes <= memory.capacity_bytes,
         breakdown=breakdown, memory=memory, collectives=ledger.sorted_rows(),
-        links={dim: links[dim].link_class for dim in ("tp", "cp", "ep", "pp", "dp")  # type: ignore[misc]
-               if dim in links})
+        links={str(part): links[group].link_class  # type: ignore[misc]
+               for part, group in PART_GROUP.items() if part != Part.ZERO and group in links})
 
 
 @dataclass(frozen=True)
 class _PerLayer:
     """Collectives one layer issues per micro-batch, and the part on the critical path."""
 
-    dimension: str
-    items: tuple[tuple[str, GroupLink, float, CollectiveTime, float], ...]
+    part: Part
+    items: tuple[_Call, ...]
     exposed_s: float
 
     def record(self, ledger: _Ledger, layers_times_microbatches: float, exposed_s: float) -> None:
         """Add this layer kind's collectives for a whole step, sharing out ``exposed_s``."""
-        total_s = sum(one.time_s * calls for _, _, _, one, calls in self.items)
-        for name, link, nbytes, one, calls in self.items:
-            count = calls * layers_times_microbatches
-            share = one.time_s * calls / total_s if total_s > 0 else 0.0
-            ledger.add(self.dimension, name, link, nbytes, one, count, exposed_s * share)
+        total_s = sum(c.time_s * c.calls for c in self.items)
+        for c in self.items:
+            share = c.time_s * c.calls / total_s if total_s > 0 else 0.0
+            ledger.add(self.part, c, c.calls * layers_times_microbatches, exposed_s * share)
 
 
-NO_LAYER = _PerLayer("tp", (), 0.0)
+NO_LAYER = _PerLayer(Part.TP, (), 0.0)
 
 
 def _tp_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
                   tokens: float) -> _PerLayer:
     """TP: two all-reduces forward and two backward per layer (AG + RS with SP), exposed."""
-    if layout.tp <= 1 or "tp" not in links:
+    if layout.tp <= 1 or Group.TP not in links:
         return NO_LAYER
-    link = links["tp"]
+    link = links[Group.TP]
     nbytes = tokens * model.hidden_size * ACTIVATION_BYTES
     per_pass = 2 + (2 if layout.recompute == "full" else 0) + 2  # fwd, recompute fwd, bwd
     if layout.sequence_parallel:
         ag = coll.all_gather(link, nbytes, calib)
         rs = coll.reduce_scatter(link, nbytes, calib)
-        items = (("all_gather", link, nbytes, ag, per_pass), ("reduce_scatter", link, nbytes,
-                                                              rs, per_pass))
+        items = (_Call("all_gather", Group.TP, link, nbytes, ag, per_pass),
+                 _Call("reduce_scatter", Group.TP, link, nbytes, rs, per_pass))
         exposed = per_pass * (ag.time_s + rs.time_s)
     else:
         ar = coll.all_reduce(link, nbytes, calib)
-        items = (("all_reduce", link, nbytes, ar, per_pass),)
+        items = (_Call("all_reduce", Group.TP, link, nbytes, ar, per_pass),)
         exposed = per_pass * ar.time_s
-    return _PerLayer("tp", items, exposed)
+    return _PerLayer(Part.TP, items, exposed)
 
 
 def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
                   tokens: float, imbalance: float) -> _PerLayer:
     """EP: dispatch and combine all-to-alls per MoE layer, forward and backward (and redo)."""
-    if model.moe is None or layout.ep <= 1 or "ep" not in links:
-        return _PerLayer("ep", (), 0.0)
-    link = links["ep"]
+    if model.moe is None or layout.ep <= 1 or Group.EP not in links:
+        return _PerLayer(Part.EP, (), 0.0)
+    link = links[Group.EP]
     nbytes = tokens / layout.tp * model.moe.top_k * model.hidden_size * ACTIVATION_BYTES
     nbytes *= imbalance
     one = coll.all_to_all(link, nbytes, calib)
     calls = 4 + (2 if layout.recompute == "full" else 0)
-    return _PerLayer("ep", (("all_to_all", link, nbytes, one, calls),), calls * one.time_s)
+    return _PerLayer(Part.EP, (_Call("all_to_all", Group.EP, link, nbytes, one, calls),),
+                     calls * one.time_s)
 
 
 def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-             tokens: float) -> tuple[float, CollectiveTime, GroupLink]:
+             tokens: float) -> _Call:
     """One ring step of CP: this rank's K and V chunk sent to its neighbour."""
-    link = links["cp"]
+    link = links[Group.CP]
     kv_local = max(model.kv_heads / layout.tp, 1.0)
     nbytes = 2 * tokens * kv_local * model.attention_head_dim * ACTIVATION_BYTES
-    return nbytes, coll.send_recv(link, nbytes, calib), link
+    return _Call("send_recv", Group.CP, link, nbytes, coll.send_recv(link, nbytes, calib))
 
 
 def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
@@ -272,9 +295,9 @@ def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibrat
     ``attn_fwd`` is a layer's core-attention forward time on this GPU; the ring splits it into
     cp blocks (load-balanced causal blocks are equal), one per exchange.
     """
-    if layout.cp <= 1 or "cp" not in links:
+    if layout.cp <= 1 or Group.CP not in links:
         return 0.0
-    _, one, _ = _cp_step(model, layout, links, calib, tokens)
+    one = _cp_step(model, layout, links, calib, tokens).one
     steps = layout.cp - 1
     fwd = steps * _overlapped(one.time_s, attn_fwd / layout.cp, calib)
     # Backward sends K, V and receives dK, dV per step, behind the backward attention.
@@ -287,9 +310,9 @@ def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibrat
 def _record_cp(ledger: _Ledger, model: Model, layout: Layout, links: GroupLinks,
                calib: Calibration, tokens: float, layer_microbatches: float,
                exposed_s: float) -> None:
-    nbytes, one, link = _cp_step(model, layout, links, calib, tokens)
+    step = _cp_step(model, layout, links, calib, tokens)
     per_layer = (layout.cp - 1) * (1 + 2 + (1 if layout.recompute == "full" else 0))
-    ledger.add("cp", "send_recv", link, nbytes, one, per_layer * layer_microbatches, exposed_s)
+    ledger.add(Part.CP, step, per_layer * layer_microbatches, exposed_s)
 
 
 @dataclass(frozen=True)
@@ -299,11 +322,8 @@ class _ZeroTraffic:
     gather_s: float  # one all-gather of the stage's parameters (ZeRO-3)
     scatter_s: float  # one reduce-scatter of its gradients (ZeRO-2/3)
     gathers: int  # all-gathers per micro-batch
-    link: GroupLink
-    gather: CollectiveTime
-    gather_bytes: float
-    scatter: CollectiveTime
-    scatter_bytes: float
+    gather: _Call  # the dense group's, for the ledger
+    scatter: _Call
 
 
 def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, calib: Calibration,
@@ -317,18 +337,18 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
     aggregate: the cross-node traffic that motivates hierarchical sharding (ZeRO++ hpZ, Wang et
     al. 2023, arXiv:2306.10209, section 3; PyTorch HSDP).
     """
-    if layout.zero_stage < 2 or "dp" not in links:
+    if layout.zero_stage < 2 or Group.DP_CP not in links:
         return None
     params = stage_params(model, layout, shape)
-    link, opt = links["dp"], job.optimizer
+    link, opt = links[Group.DP_CP], job.optimizer
     gather_bytes = params.dense * opt.param_bytes
     scatter_bytes = params.dense * opt.grad_bytes
     gather = coll.all_gather(link, gather_bytes, calib, aggregate_nics=False)
     scatter = coll.reduce_scatter(link, scatter_bytes, calib, aggregate_nics=False)
     gather_s = gather.time_s if layout.zero_stage >= 3 else 0.0
     scatter_s = scatter.time_s
-    if params.expert and "edp" in links:
-        elink = links["edp"]
+    if params.expert and Group.EDP in links:
+        elink = links[Group.EDP]
         if layout.zero_stage >= 3:
             gather_s += coll.all_gather(elink, params.expert * opt.param_bytes, calib,
                                         aggregate_nics=False).time_s
@@ -337,8 +357,9 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
     gathers = 0
     if layout.zero_stage >= 3:
         gathers = 3 if layout.recompute == "full" else 2
-    return _ZeroTraffic(gather_s, scatter_s, gathers, link, gather, gather_bytes, scatter,
-                        scatter_bytes)
+    return _ZeroTraffic(gather_s, scatter_s, gathers,
+                        _Call("all_gather", Group.DP_CP, link, gather_bytes, gather),
+                        _Call("reduce_scatter", Group.DP_CP, link, scatter_bytes, scatter))
 
 
 def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLinks,
@@ -381,10 +402,9 @@ def _record_zero(ledger: _Ledger, model: Model, layout: Layout, job: Job, links:
     per_microbatch = traffic.gathers * traffic.gather_s + traffic.scatter_s
     share = exposed_s / (per_microbatch * m) if per_microbatch > 0 else 0.0
     if traffic.gathers:
-        ledger.add("zero", "all_gather", traffic.link, traffic.gather_bytes, traffic.gather,
-                   traffic.gathers * m, share * traffic.gathers * traffic.gather_s * m)
-    ledger.add("zero", "reduce_scatter", traffic.link, traffic.scatter_bytes, traffic.scatter, m,
-               share * traffic.scatter_s * m)
+        ledger.add(Part.ZERO, traffic.gather, traffic.gathers * m,
+                   share * traffic.gathers * traffic.gather_s * m)
+    ledger.add(Part.ZERO, traffic.scatter, m, share * traffic.scatter_s * m)
 
 
 def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
@@ -397,15 +417,15 @@ def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
     steps (two per micro-batch); the interleaved schedule overlaps them with the next chunk's
     compute (Megatron's --overlap-p2p-communication, on by default) but crosses v boundaries.
     """
-    if layout.pp <= 1 or "pp" not in links:
+    if layout.pp <= 1 or Group.PP not in links:
         return 0.0
-    link = links["pp"]
+    link = links[Group.PP]
     nbytes = tokens * model.hidden_size * ACTIVATION_BYTES / layout.tp
     one = coll.send_recv(link, nbytes, calib)
     sends = 2 * m * layout.vpp + 2 * (layout.pp - 1)
     on_path = 2 * (layout.pp - 1) + (2 * m if layout.vpp == 1 else 0)
     exposed = on_path * one.time_s
-    ledger.add("pp", "send_recv", link, nbytes, one, sends, exposed)
+    ledger.add(Part.PP, _Call("send_recv", Group.PP, link, nbytes, one), sends, exposed)
     return exposed
 
 
@@ -426,17 +446,16 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     per_step_zero3 = zero >= 3 and layout.pp > 1
     if (zero >= 3 and not per_step_zero3) or (dense_group <= 1 and expert_group <= 1):
         return 0.0
-    if "dp" not in links:
+    if Group.DP_CP not in links:
         return 0.0
     opt = job.optimizer
     bucket = max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dense_group)
     mean_bwd = sum(t.compute.backward_s + t.compute.recompute_s for t in stage_times) / len(
         stage_times)
     worst = 0.0
-    rows: list[tuple[str, GroupLink, float, CollectiveTime, float]] = []
+    rows: list[_Call] = []
     nics = not per_step_zero3  # ZeRO-3 shards: each GPU's own NIC share (_zero_traffic)
-    memo: dict[tuple[float, float], list[tuple[str, GroupLink, float, CollectiveTime,
-                                              float]]] = {}
+    memo: dict[tuple[float, float], list[_Call]] = {}
     # Along the stages of one shape the window only grows, so what is exposed only shrinks:
     # the first stage of each shape is its worst, and the first worst stage is reported.
     seen: set[tuple[int, int, bool, bool]] = set()
@@ -450,55 +469,55 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
             memo[key] = _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
                                   per_step_zero3, nics)
         parts = memo[key]
-        grads = [p for p in parts if p[0] != "all_gather"]
-        gathers = [p for p in parts if p[0] == "all_gather"]
+        grads = [p for p in parts if p.collective != "all_gather"]
+        gathers = [p for p in parts if p.collective == "all_gather"]
         if overlap:
             window = (times.compute.backward_s + times.compute.recompute_s
                       + shape.stage * mean_bwd)
             exposed = _bucketed_exposed(grads, window, calib)
             exposed += _bucketed_exposed(gathers, times.compute.forward_s, calib)
         else:
-            exposed = sum(p[3].time_s for p in parts)
+            exposed = sum(p.time_s for p in parts)
         if exposed > worst or not rows:
             worst, rows = exposed, parts
-    total = sum(p[3].time_s for p in rows)
-    for name, link, nbytes, one, _ in rows:
-        share = one.time_s / total if total > 0 else 0.0
-        ledger.add("dp", name, link, nbytes, one, 1, worst * share)
+    total = sum(p.time_s for p in rows)
+    for call in rows:
+        share = call.time_s / total if total > 0 else 0.0
+        ledger.add(Part.DP, call, 1, worst * share)
     return worst
 
 
 def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration,
               opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool, nics: bool
-              ) -> list[tuple[str, GroupLink, float, CollectiveTime, float]]:
-    """The once-per-step collectives of one stage: (name, link, bytes, time, last-bucket share)."""
-    parts: list[tuple[str, GroupLink, float, CollectiveTime, float]] = []
-    for share, link_key in ((dense, "dp"), (expert, "edp")):
-        if share <= 0 or link_key not in links or links[link_key].size <= 1:
+              ) -> list[_Call]:
+    """The once-per-step collectives of one stage, dense (dp_cp) then expert (edp) gradients."""
+    parts: list[_Call] = []
+    for share, group in ((dense, Group.DP_CP), (expert, Group.EDP)):
+        if share <= 0 or group not in links or links[group].size <= 1:
             continue
-        link = links[link_key]
+        link = links[group]
         grad_bytes = share * opt.grad_bytes
         fraction = min(1.0, bucket / share)
         if zero == 0:
             one = coll.all_reduce(link, grad_bytes, calib)
-            parts.append(("all_reduce", link, grad_bytes, one, fraction))
+            parts.append(_Call("all_reduce", group, link, grad_bytes, one, last_bucket=fraction))
         elif zero == 1 or per_step_zero3:
             one = coll.reduce_scatter(link, grad_bytes, calib, aggregate_nics=nics)
-            parts.append(("reduce_scatter", link, grad_bytes, one, fraction))
+            parts.append(_Call("reduce_scatter", group, link, grad_bytes, one,
+                               last_bucket=fraction))
         if zero >= 1:
             param_bytes = share * opt.param_bytes
             one = coll.all_gather(link, param_bytes, calib, aggregate_nics=nics)
-            parts.append(("all_gather", link, param_bytes, one, fraction))
+            parts.append(_Call("all_gather", group, link, param_bytes, one, last_bucket=fraction))
     return parts
 
 
-def _bucketed_exposed(parts: list[tuple[str, GroupLink, float, CollectiveTime, float]],
-                      window_s: float, calib: Calibration) -> float:
+def _bucketed_exposed(parts: list[_Call], window_s: float, calib: Calibration) -> float:
     """Exposed time of bucketed traffic overlapping a compute window of ``window_s``."""
     if not parts:
         return 0.0
-    total = sum(p[3].time_s for p in parts)
-    last_bucket = sum(p[3].time_s * p[4] for p in parts)
+    total = sum(p.time_s for p in parts)
+    last_bucket = sum(p.time_s * p.last_bucket for p in parts)
     return max(last_bucket, _overlapped(total, window_s, calib))
 
 

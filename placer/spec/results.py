@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from placer.dims import PART_GROUP, Group, Part
 from placer.spec.base import Output
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -48,9 +49,11 @@ class MemoryBreakdown(Output):
 
 
 class CollectiveCost(Output):
-    """One kind of collective a dimension issues, and what it costs per step."""
+    """One kind of collective a part of the step issues on one group, and its cost per step."""
 
-    dimension: Literal["tp", "cp", "ep", "pp", "dp", "zero"]
+    dimension: Part = Field(description="the step-breakdown part it is charged to")
+    group: Group = Field(description="the rank-map group it runs on (dp_cp: dense gradients and "
+                         "ZeRO shards; edp: expert gradients)")
     collective: str
     message_bytes: int
     calls_per_step: int
@@ -60,6 +63,15 @@ class CollectiveCost(Output):
     bus_bandwidth_bytes_per_s: float
     time_s: float = Field(description="total time of these calls per step, before overlap")
     exposed_s: float = Field(description="the part on the critical path")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_of_older_plans(cls, data: Any) -> Any:
+        """Plans written before rows named their group: each part's own group (a replay of an
+        expert row then fails on its group size instead of running the wrong group)."""
+        if isinstance(data, dict) and "group" not in data and "dimension" in data:
+            return {**data, "group": PART_GROUP.get(str(data["dimension"]), data["dimension"])}
+        return data
 
 
 class Estimate(Output):

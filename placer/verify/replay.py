@@ -29,6 +29,7 @@ from placer.cost.compute import gemm_time
 from placer.cost.groups import GroupLinks
 from placer.cost.params import stage_shapes
 from placer.cost.profile import Calibration
+from placer.dims import Group, Part
 from placer.errors import PlacerError
 from placer.spec.job import Job
 from placer.spec.layout import Layout
@@ -44,10 +45,6 @@ GEMM_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 CALLS_PER_PIECE = 4
 # The backward pass of a layer does about twice the forward's GEMM work (dgrad + wgrad).
 FORWARD_SHARE = 1.0 / 3.0
-# Rank-map group each cost-model dimension runs on ("dp" in the cost model is the dp x cp
-# gradient group; ZeRO shards over it too).
-GROUP_OF_DIMENSION = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_cp",
-                      "zero": "dp_cp", "edp": "edp"}
 COLLECTIVE_FUNCTIONS = {
     "all_reduce": coll.all_reduce, "all_gather": coll.all_gather,
     "reduce_scatter": coll.reduce_scatter, "all_to_all": coll.all_to_all,
@@ -108,17 +105,16 @@ def _split(total: int, slots: int) -> list[int]:
     return [((k + 1) * total) // slots - (k * total) // slots for k in range(slots)]
 
 
-def link_for(row: CollectiveCost, links: GroupLinks) -> tuple[str, GroupLink]:
-    """The group a ledger row runs on: its dimension's, or the expert-dp group for expert
-    gradients (the ledger keeps both under "dp" and tells them apart by group size)."""
-    key = "dp" if row.dimension == "zero" else row.dimension
-    link = links.get(key)
-    if link is not None and link.size == row.group_size:
-        return key, link
-    if key == "dp" and "edp" in links and links["edp"].size == row.group_size:
-        return "edp", links["edp"]
-    raise PlacerError(f"the estimate's {row.dimension} {row.collective} (group of "
-                      f"{row.group_size}) has no matching group among {sorted(links)}")
+def link_for(row: CollectiveCost, links: GroupLinks) -> GroupLink:
+    """The link of the group a ledger row runs on; its size must be the row's."""
+    link = links.get(row.group)
+    if link is None or link.size != row.group_size:
+        raise PlacerError(
+            f"the estimate's {row.dimension} {row.collective} on group {row.group} (of "
+            f"{row.group_size} ranks) matches none of this placement's groups "
+            f"({', '.join(f'{g} of {k.size}' for g, k in sorted(links.items()))}); "
+            "write the plan again with this placer version")
+    return link
 
 
 def time_call(collective: str, link: GroupLink, nbytes: int, calib: Calibration
@@ -164,17 +160,17 @@ class _Kinds:
         self.links, self.calib = links, calib
         self.kinds: list[OpKind] = []
         self.kind_links: list[GroupLink] = []
-        self._index: dict[tuple[str, str, int, str], int] = {}
+        self._index: dict[tuple[Part, str, int, Group], int] = {}
 
-    def get(self, dimension: str, collective: str, nbytes: float, key: str,
+    def get(self, dimension: Part, collective: str, nbytes: float, group: Group,
             link: GroupLink) -> int:
         size = real_bytes(collective, max(1, round(nbytes)), link.size)
-        ident = (dimension, collective, size, key)
+        ident = (dimension, collective, size, group)
         if ident not in self._index:
             one = time_call(collective, link, size, self.calib)
             self._index[ident] = len(self.kinds)
             self.kinds.append(OpKind(len(self.kinds), dimension, collective, size, link.size,
-                                     GROUP_OF_DIMENSION[key], link.link_class, one.time_s))
+                                     group, link.link_class, one.time_s))
             self.kind_links.append(link)
         return self._index[ident]
 
@@ -223,8 +219,9 @@ def _per_layer_ops(rows: Sequence[CollectiveCost], kinds: _Kinds, layout: Layout
     act = grad = None
     full = layout.recompute == "full"
     for row in rows:
-        key, link = link_for(row, kinds.links)
-        kind = kinds.get(row.dimension, row.collective, row.message_bytes * scale, key, link)
+        link = link_for(row, kinds.links)
+        kind = kinds.get(row.dimension, row.collective, row.message_bytes * scale, row.group,
+                         link)
         if row.dimension in ("tp", "ep", "cp"):
             op: Op = ("x", kind) if row.dimension == "cp" else ("c", kind)
             slots = _split(row.calls_per_step, m * layers)
