@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from placer.spec.layout import Layout, pipeline_stage_layers
+from placer.spec.layout import Layout
 from placer.spec.model import Model
+from placer.spec.pipeline import PipelineSplit
 
 
 def mlp_matrices(model: Model) -> int:
@@ -85,21 +86,6 @@ def total_params(model: Model) -> int:
             + embedding_params(model) + output + model.hidden_size)
 
 
-def stage_layer_counts(num_layers: int, pp: int, vpp: int) -> list[int]:
-    """Transformer layers held by each pipeline rank.
-
-    The ``pp x vpp`` model chunks get ``num_layers / (pp x vpp)`` layers each; when that is not
-    whole, earlier chunks take one more (the spec layer requires an even split, but published
-    runs such as 126-layer Llama 3.1 405B on pp=8 do not). Rank r holds chunks r, r+pp, ...
-    """
-    chunks = pp * vpp
-    base, extra = divmod(num_layers, chunks)
-    counts = [0] * pp
-    for chunk in range(chunks):
-        counts[chunk % pp] += base + (1 if chunk < extra else 0)
-    return counts
-
-
 @dataclass(frozen=True)
 class StageShape:
     """What one pipeline rank holds: its layers and which ends of the model it owns."""
@@ -118,31 +104,28 @@ class StageShape:
 
 def stage_shapes(model: Model, layout: Layout) -> list[StageShape]:
     """Every pipeline rank's share of the model (O(layers), no rank enumeration; cached)."""
-    return list(_stage_shapes(model, layout.pp, layout.vpp))
+    return list(_stage_shapes(model, layout.pipeline_split(model.num_layers)))
 
 
 @lru_cache(maxsize=4096)
-def _stage_shapes(model: Model, pp: int, vpp: int) -> tuple[StageShape, ...]:
-    chunks = pp * vpp
-    # The spec's split (even, or first and last lightest); chunks assigned round-robin to ranks.
-    split = pipeline_stage_layers(model.num_layers, pp, vpp)
-    if split is None:  # not a valid layout; spread the layers as evenly as possible
-        base, extra = divmod(model.num_layers, chunks)
-        sizes = [base + (1 if chunk < extra else 0) for chunk in range(chunks)]
-    else:
-        sizes = [split[chunk % pp] // vpp for chunk in range(chunks)]
+def _stage_shapes(model: Model, split: PipelineSplit) -> tuple[StageShape, ...]:
+    """Virtual stages in model order, each added to the rank that runs it: looped, or V-shaped
+    for ZB-V and DualPipeV, where rank 0 runs both the first and the last stage (embedding and
+    output layer on one rank)."""
     flags = _moe_layer_flags(model)
+    pp = split.pp
     layers = [0] * pp
     moe_layers = [0] * pp
     start = 0
-    for chunk in range(chunks):
-        size = sizes[chunk]
-        rank = chunk % pp
+    for chunk, size in enumerate(split.chunks):
+        rank = split.rank_of(chunk)
         layers[rank] += size
         moe_layers[rank] += sum(flags[start:start + size])
         start += size
-    return tuple(StageShape(stage=r, layers=layers[r], moe_layers=moe_layers[r], first=r == 0,
-                            last=r == pp - 1) for r in range(pp))
+    first_rank = split.rank_of(0)
+    last_rank = split.rank_of(len(split.chunks) - 1)
+    return tuple(StageShape(stage=r, layers=layers[r], moe_layers=moe_layers[r],
+                            first=r == first_rank, last=r == last_rank) for r in range(pp))
 
 
 @dataclass(frozen=True)
