@@ -17,27 +17,24 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import permutations
 
+from placer.dims import DEFAULT_ORDER, DENSE_DIMS, EXPERT_DIMS, Dim
 from placer.errors import InputError
 from placer.spec.layout import Layout
 
-DENSE_DIMS = ("tp", "cp", "dp", "pp")
-EXPERT_DIMS = ("etp", "ep", "edp")
-GROUP_DIMS = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "etp", "edp")
-DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
 
-
-def parse_order(text: str | Sequence[str]) -> tuple[str, ...]:
+def parse_order(text: str | Sequence[str]) -> tuple[Dim, ...]:
     """Parse ``tp-cp-ep-dp-pp`` (Megatron spelling, innermost first) into the dense order.
 
     ``ep`` is accepted and dropped: experts follow the dense order. Missing dims are appended
     in the default order, as Megatron does for dims of size 1.
     """
     tokens = [t.strip().lower() for t in (text.split("-") if isinstance(text, str) else text)]
-    tokens = [t for t in tokens if t and t != "ep"]
+    tokens = [t for t in tokens if t and t != Dim.EP]
     unknown = [t for t in tokens if t not in DENSE_DIMS]
     if unknown or len(set(tokens)) != len(tokens):
         raise InputError("mesh order", text, "use a permutation of tp-cp-dp-pp, e.g. tp-cp-dp-pp")
-    return tuple(tokens) + tuple(d for d in DEFAULT_ORDER if d not in tokens)
+    dims = tuple(Dim(t) for t in tokens)
+    return dims + tuple(d for d in DEFAULT_ORDER if d not in dims)
 
 
 def order_text(order: Sequence[str]) -> str:
@@ -87,7 +84,7 @@ class MeshGrid:
         """Position of a point among the tp*cp*dp points of its stage, in mesh order."""
         local, step = 0, 1
         for dim in self.order:
-            if dim == "pp":
+            if dim == Dim.PP:
                 continue
             local += coords[dim] * step
             step *= self.sizes[dim]
@@ -98,9 +95,9 @@ class MeshGrid:
         coords = self.dense_coords(index)
         local = self._stage_local_index(coords)
         etp, ep = self.layout.etp, self.layout.ep
-        coords["etp"] = local % etp
-        coords["ep"] = (local // etp) % ep
-        coords["edp"] = local // (etp * ep)
+        coords[Dim.ETP] = local % etp
+        coords[Dim.EP] = (local // etp) % ep
+        coords[Dim.EDP] = local // (etp * ep)
         return coords
 
     def group_of(self, index: int, dims: Sequence[str]) -> list[int]:
@@ -117,7 +114,7 @@ class MeshGrid:
         for index in range(self.size):
             coords = self.coords(index)
             if set(dim_tuple) & set(EXPERT_DIMS):
-                key = (coords["pp"],) + tuple(
+                key = (coords[Dim.PP],) + tuple(
                     coords[d] for d in EXPERT_DIMS if d not in dim_tuple)
             else:
                 key = tuple(coords[d] for d in DENSE_DIMS if d not in dim_tuple)

@@ -330,8 +330,8 @@ def check_invariants(plan: Any, launch_candidates: int = 1) -> None:
     from placer.check.parse_plan import parse_plan
     from placer.check.resolve import CheckOptions, check_config
     from placer.cost import memory_estimate
+    from placer.dims import GROUPS as GROUP_DIMS
     from placer.launch import launch_files, placement_of
-    from placer.mesh import GROUP_DIMS
     from placer.report.plan import plan_data
     from placer.spec import Plan
     from placer.spec.layout import layout_problem

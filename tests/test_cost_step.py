@@ -6,8 +6,7 @@ import pytest
 
 from placer.cost import estimate
 from placer.cost.options import CostOptions
-from placer.dims import Group, Part
-from placer.mesh import DEFAULT_ORDER
+from placer.dims import DEFAULT_ORDER, Group, Part
 from placer.spec import Job, Layout, Model
 from placer.spec.presets import cluster_names, cluster_preset, model_preset
 from placer.spec.results import Estimate

@@ -12,8 +12,9 @@ from typing import Any
 import jsonschema
 import pytest
 
+from placer.dims import DEFAULT_ORDER
 from placer.errors import InputError, PlacerError
-from placer.mesh import DEFAULT_ORDER, MeshGrid
+from placer.mesh import MeshGrid
 from placer.report.defaults import (
     default_global_batch,
     default_seq_len,

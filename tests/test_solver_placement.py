@@ -12,7 +12,9 @@ from collections import Counter
 
 import pytest
 
-from placer.mesh import DEFAULT_ORDER, GROUP_DIMS, MeshGrid, candidate_orders
+from placer.dims import DEFAULT_ORDER
+from placer.dims import GROUPS as GROUP_DIMS
+from placer.mesh import MeshGrid, candidate_orders
 from placer.solver.placement import (
     TileMap,
     bins_for,

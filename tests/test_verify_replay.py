@@ -137,8 +137,7 @@ def test_the_replay_runs_dense_and_expert_gradient_reductions_on_their_groups() 
     # expert one on the 4-rank expert data-parallel group are both in the program.
     from placer.cost import estimate
     from placer.cost.groups import group_links
-    from placer.dims import Group
-    from placer.mesh import DEFAULT_ORDER
+    from placer.dims import DEFAULT_ORDER, Group
     from placer.spec import Job
     from placer.spec.presets import cluster_preset, model_preset
     from placer.verify.replay import build_program

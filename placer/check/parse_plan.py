@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
-from placer.mesh import DEFAULT_ORDER, order_text, parse_order
+from placer.dims import DEFAULT_ORDER
+from placer.mesh import order_text, parse_order
 from placer.spec.base import Spec
 from placer.spec.cluster import Cluster
 from placer.spec.layout import Layout

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from placer.mesh import DEFAULT_ORDER
+from placer.dims import DEFAULT_ORDER
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.model import Model

@@ -18,8 +18,9 @@ from placer.check.findings import ConfigSummary, Finding
 from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
 from placer.check.rules import Placed, finding, group_findings
 from placer.cost import memory_estimate
+from placer.dims import DENSE_DIMS
 from placer.errors import PlacerError
-from placer.mesh import DENSE_DIMS, MeshGrid, order_text
+from placer.mesh import MeshGrid, order_text
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem

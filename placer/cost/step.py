@@ -35,9 +35,8 @@ from placer.cost.memory import memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
 from placer.cost.profile import Calibration, calibration_for
-from placer.dims import PART_GROUP, PART_ORDER, PRICED_GROUPS, Group, Part
+from placer.dims import DEFAULT_ORDER, PART_GROUP, PART_ORDER, PRICED_GROUPS, Group, Part
 from placer.errors import InputError
-from placer.mesh import DEFAULT_ORDER
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job, Optimizer
 from placer.spec.layout import Layout

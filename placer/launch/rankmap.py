@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from placer.dims import DENSE_DIMS, GROUPS, Dim
 from placer.errors import InputError, PlacerError
-from placer.mesh import DENSE_DIMS, GROUP_DIMS, MeshGrid, order_text, parse_order
+from placer.mesh import MeshGrid, order_text, parse_order
 from placer.spec import Candidate, Layout, NodeType, Plan, validate_layout
 
 FORMAT = "placer-rankmap/1"
 # Coordinates written per rank: the mesh dims, then the expert grid.
-COORD_DIMS = ("pp", "dp", "cp", "tp", "ep", "etp", "edp")
+COORD_DIMS = (Dim.PP, Dim.DP, Dim.CP, Dim.TP, Dim.EP, Dim.ETP, Dim.EDP)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class Placement:
     def groups(self) -> dict[str, list[list[int]]]:
         """Every group of every dimension in torchrun ranks, each sorted, ordered by first rank."""
         out: dict[str, list[list[int]]] = {}
-        for dim in GROUP_DIMS:
+        for dim in GROUPS:
             groups = [sorted(self.rank_of_logical[i] for i in g) for g in self.grid.groups(dim)]
             out[dim] = sorted(groups, key=lambda g: g[0])
         return out
@@ -254,7 +255,7 @@ def rankmap_document(placement: Placement) -> dict[str, Any]:
             "local_rank": slot.local_rank,
             "gpu": slot.gpu,
             "coords": placement.coords(slot.rank),
-            "groups": {dim: group_id[dim][slot.rank] for dim in GROUP_DIMS},
+            "groups": {dim: group_id[dim][slot.rank] for dim in GROUPS},
         }
         for slot in placement.slots
     ]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from placer.mesh import DEFAULT_ORDER
+from placer.dims import DEFAULT_ORDER
 from placer.report.describe import gib
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job

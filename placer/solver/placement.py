@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import overload
 
-from placer.mesh import DEFAULT_ORDER, DENSE_DIMS, MeshGrid, candidate_orders, order_text
+from placer.dims import DEFAULT_ORDER, DENSE_DIMS
+from placer.mesh import MeshGrid, candidate_orders, order_text
 from placer.solver.segments import Edge, Segmentation, assign_runs, segment
 from placer.spec.job import Job
 from placer.spec.layout import Layout
