@@ -14,7 +14,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from placer.cli.options import job_input_options, load_job_inputs, load_profile_option
+from placer.cli.options import (
+    JobKnobs,
+    job_input_options,
+    load_job_inputs,
+    load_profile_option,
+)
 from placer.cost import estimate
 from placer.errors import InputError
 from placer.mesh import parse_order
@@ -35,12 +40,12 @@ GIB = 2**30
               help="measured link profile (from 'placer calibrate') in place of preset constants")
 @click.option("--json", "as_json", is_flag=True, help="print the estimate as JSON")
 def estimate_command(model_ref: str, cluster_ref: str, nodes: int | None,
-                     global_batch: int | None, seq_len: int | None, precision: str,
+                     global_batch: int | None, seq_len: int | None, precision: str | None,
                      layout_text: str, order_text: str, profile: Path | None,
-                     as_json: bool) -> None:
+                     as_json: bool, job_knobs: JobKnobs) -> None:
     """Predict step time, throughput, memory and where the time goes for one layout."""
     inputs = load_job_inputs(model_ref, cluster_ref, nodes=nodes, global_batch=global_batch,
-                             seq_len=seq_len, precision=precision)
+                             seq_len=seq_len, precision=precision, knobs=job_knobs)
     model, cluster, job = inputs.model, inputs.cluster, inputs.job
     defaults_used = inputs.defaults_used
     layout = Layout.parse(layout_text, num_gpus=cluster.num_gpus)

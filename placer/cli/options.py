@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from placer.report.defaults import resolve_job, resolve_nodes
+from placer.report.defaults import NO_KNOBS, JobKnobs, job_warnings, resolve_job, resolve_nodes
 from placer.spec import Cluster, Job, Model
+from placer.spec.job import OPTIMIZER_STATE_BYTES
 from placer.spec.presets import cluster_names, load_cluster, load_model
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -26,16 +28,46 @@ _JOB_INPUT_OPTIONS = (
                  help="sequences per step (default: the power of two nearest 4M tokens)"),
     click.option("--seq-len", type=click.IntRange(min=1), metavar="S",
                  help="tokens per sequence (default: the model's max, capped at 8192)"),
-    click.option("--precision", type=click.Choice(["bf16", "fp8"]), default="bf16",
-                 show_default=True, help="GEMM precision (FP8 keeps BF16 attention)"),
+    click.option("--precision", type=click.Choice(["bf16", "fp8"]), default=None,
+                 help="GEMM precision, FP8 keeps BF16 attention  [default: bf16]"),
 )
+
+_JOB_KNOB_OPTIONS = (
+    click.option("--job", "job_file", type=click.Path(path_type=Path), metavar="FILE",
+                 help="job YAML/JSON ('placer schema job'); the flags below override its fields"),
+    click.option("--global-batch-tokens", type=click.IntRange(min=1), metavar="T",
+                 help="tokens per step, instead of --global-batch (a multiple of --seq-len)"),
+    click.option("--memory-headroom", "memory_headroom_gib", type=click.FloatRange(min=0.0),
+                 metavar="GIB", help="GPU memory kept free beyond the predicted peak "
+                                     "[default: 10 % of the GPU, 8 GB on 80 GB parts]"),
+    click.option("--optimizer", type=click.Choice(sorted(OPTIMIZER_STATE_BYTES)),
+                 help="optimizer, for its state bytes  [default: adam]"),
+    click.option("--allow-tp-outside-nvlink/--no-allow-tp-outside-nvlink",
+                 "allow_tp_outside_nvlink", default=None,
+                 help="let TP groups span NVLink domains (slow)  [default: no]"),
+)
+_KNOB_NAMES = tuple(f.name for f in fields(JobKnobs))
+
+
+def knobs_from_params(params: dict[str, Any]) -> JobKnobs:
+    """The job knobs among a command's parsed flags (click's ``ctx.params``)."""
+    return JobKnobs(**{name: params[name] for name in _KNOB_NAMES})
 
 
 def job_input_options(command: F) -> F:
-    """Add --model, --cluster, --nodes, --global-batch, --seq-len and --precision."""
-    for option in reversed(_JOB_INPUT_OPTIONS):
-        command = option(command)
-    return command
+    """Add the model, cluster and job flags; the job knobs reach ``command`` as ``job_knobs``."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        knobs = knobs_from_params(kwargs)
+        for name in _KNOB_NAMES:
+            del kwargs[name]
+        return command(*args, job_knobs=knobs, **kwargs)
+
+    decorated: Any = wrapper
+    for option in reversed((*_JOB_INPUT_OPTIONS, *_JOB_KNOB_OPTIONS)):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -46,18 +78,30 @@ class JobInputs:
     cluster: Cluster
     job: Job
     defaults_used: list[str]
+    warnings: list[str] = field(default_factory=list)
 
 
 def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
-                    global_batch: int | None, seq_len: int | None, precision: str,
-                    constraints: Sequence[str] = ()) -> JobInputs:
-    """Load the model and cluster, scale the cluster, and fill the job's defaults."""
+                    global_batch: int | None, seq_len: int | None, precision: str | None,
+                    constraints: Sequence[str] = (), knobs: JobKnobs = NO_KNOBS) -> JobInputs:
+    """Load the model and cluster, scale the cluster, and fill the job's defaults.
+
+    Implausible job values are reported on stderr as ``warning:`` lines (what was probably
+    meant), and also kept in ``warnings``.
+    """
+    from placer.cost.profile import bounding_node_type
+
     model = load_model(model_ref)
     cluster = load_cluster(cluster_ref)
     cluster, nodes_used = resolve_nodes(cluster, nodes, is_preset=cluster_ref in cluster_names())
+    capacity = bounding_node_type(cluster).gpu.capacity_bytes
     job, job_used = resolve_job(model, seq_len=seq_len, global_batch=global_batch,
-                                constraints=tuple(constraints), precision=precision)
-    return JobInputs(model, cluster, job, [*nodes_used, *job_used])
+                                constraints=tuple(constraints), precision=precision,
+                                knobs=knobs, gpu_capacity_bytes=capacity)
+    warnings = job_warnings(job)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+    return JobInputs(model, cluster, job, [*nodes_used, *job_used], warnings)
 
 
 def load_profile_option(path: Path | None) -> Any:

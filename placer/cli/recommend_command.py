@@ -14,8 +14,16 @@ from pathlib import Path
 
 import click
 
-from placer.cli.options import job_input_options, load_job_inputs, load_profile_option
+from placer.cli.options import (
+    NO_KNOBS,
+    JobKnobs,
+    job_input_options,
+    knobs_from_params,
+    load_job_inputs,
+    load_profile_option,
+)
 from placer.launch.scripts import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT
+from placer.report.defaults import step_time_warnings
 from placer.report.plan import Recommendation, make_plan, plan_json
 
 DEFAULT_TOP_K = 5
@@ -34,7 +42,8 @@ class RecommendArgs:
     constraints: tuple[str, ...] = ()
     profile: Path | None = None
     what_if: bool = True
-    precision: str = "bf16"
+    precision: str | None = None
+    knobs: JobKnobs = NO_KNOBS
 
 
 def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommendation:
@@ -43,7 +52,8 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
 
     inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
                              global_batch=args.global_batch, seq_len=args.seq_len,
-                             precision=args.precision, constraints=args.constraints)
+                             precision=args.precision, constraints=args.constraints,
+                             knobs=args.knobs)
     profile = load_profile_option(args.profile)
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
         return make_plan(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
@@ -75,12 +85,13 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
 @click.option("--debug", is_flag=True, help="add NCCL/torch debugging variables to emitted env.sh")
 @click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
 def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
-                             global_batch: int | None, seq_len: int | None, precision: str,
-                             top_k: int,
+                             global_batch: int | None, seq_len: int | None,
+                             precision: str | None, top_k: int,
                              constraints: Sequence[str], profile: Path | None, what_if: bool,
                              as_json: bool,
                              emit_dir: Path | None, plot_dir: Path | None, script: str,
-                             master_port: int, debug: bool, force: bool) -> None:
+                             master_port: int, debug: bool, force: bool,
+                             job_knobs: JobKnobs) -> None:
     """Rank parallel layouts for a model on a cluster and explain the best one.
 
     Example: placer recommend-layout --model llama3-70b --cluster dgx-h100 --nodes 8
@@ -92,10 +103,13 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
     args = RecommendArgs(model=model_ref, cluster=cluster_ref, nodes=nodes,
                          global_batch=global_batch, seq_len=seq_len, top_k=top_k,
                          constraints=tuple(constraints), profile=profile, what_if=what_if,
-                         precision=precision)
+                         precision=precision, knobs=job_knobs)
     started = time.perf_counter()
     rec = recommend(args, progress_enabled=not as_json)
     elapsed_s = time.perf_counter() - started
+    best = rec.plan.candidates[0]
+    for line in step_time_warnings(best.step_time_s, rec.plan.job, best.layout.num_gpus):
+        click.echo(f"warning: {line}", err=True)
     if emit_dir is not None or plot_dir is not None:
         written = write_outputs(rec, emit_dir, plot_dir, script=script, master_port=master_port,
                                 debug=debug, force=force)
@@ -147,7 +161,8 @@ def args_from_argv(argv: Sequence[str]) -> RecommendArgs:
     return RecommendArgs(model=p["model_ref"], cluster=p["cluster_ref"], nodes=p["nodes"],
                          global_batch=p["global_batch"], seq_len=p["seq_len"], top_k=p["top_k"],
                          constraints=tuple(p["constraints"]), profile=p["profile"],
-                         what_if=p["what_if"], precision=p["precision"])
+                         what_if=p["what_if"], precision=p["precision"],
+                         knobs=knobs_from_params(p))
 
 
 COMMANDS = [recommend_layout_command]

@@ -20,7 +20,27 @@ _OPERATORS: dict[str, Callable[[object, object], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq,
     "=": operator.eq, "<": operator.lt, ">": operator.gt,
 }
+DEFAULT_MEMORY_HEADROOM = 0.10
+"""GPU memory a plan leaves free beyond its predicted peak (which already counts fragmentation,
+CUDA context and NCCL buffers): 8 GB of an 80 GB part. Tuned production recipes keep at least
+that: torchtitan's published Llama 3 runs on 96 GB H100s peak at 82.4-84.9 GiB of 95.6 GiB,
+11-14 % free (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1-6; in
+bench/data/published-runs.json). Megatron-Bridge's memory-tuning guide names what estimators
+leave out (CUDA graph buffers, token imbalance, dispatcher workspace). ``--memory-headroom GIB``
+sets it."""
 _CONSTRAINT_RE = re.compile(r"^\s*([a-z]+)\s*(<=|>=|!=|==|=|<|>|\s+in\s+)\s*(.+?)\s*$")
+
+
+OPTIMIZER_STATE_BYTES = {
+    "adam": 8,  # fp32 first and second moments (Kingma & Ba 2015; Megatron's optimizer)
+    "adamw": 8,  # Adam's two moments, decoupled weight decay (Loshchilov & Hutter 2019)
+    "lion": 4,  # one fp32 momentum (Chen et al. 2023, arXiv:2302.06675, section 2)
+    "muon": 4,  # one fp32 momentum (Jordan et al. 2024; Kimi K2's MuonClip, arXiv:2507.20534)
+    "sgd": 4,  # one fp32 momentum buffer (torch.optim.SGD with momentum)
+    "adafactor": 0,  # factored second moment, O(rows + columns), no first moment (Shazeer &
+    #                  Stern 2018, arXiv:1804.04235): negligible per parameter
+}
+"""fp32 optimizer-state bytes per parameter of the optimizers ``--optimizer`` names."""
 
 
 class Optimizer(Spec):
@@ -31,6 +51,11 @@ class Optimizer(Spec):
     grad_bytes: int = Field(default=4, ge=1, le=8, description="main gradients (fp32 in Megatron)")
     master_param_bytes: int = Field(default=4, ge=0, le=8, description="fp32 master copy")
     state_bytes: int = Field(default=8, ge=0, le=32, description="Adam moments, fp32 m and v")
+
+    @classmethod
+    def named(cls, name: str) -> Optimizer:
+        """A known optimizer with Megatron's bf16 weights, fp32 gradients and master copy."""
+        return cls(name=name, state_bytes=OPTIMIZER_STATE_BYTES[name])
 
     @property
     def sharded_state_bytes(self) -> int:
@@ -108,7 +133,9 @@ class Job(Spec):
         default=(), json_schema_extra=_constraints_or_strings
     )
     memory_headroom: float = Field(
-        default=0.05, ge=0.0, lt=0.9, description="fraction of GPU memory kept free"
+        default=DEFAULT_MEMORY_HEADROOM, ge=0.0, lt=0.9,
+        description="fraction of GPU memory kept free beyond what the memory model predicts "
+        "(--memory-headroom sets it in GiB)",
     )
     allow_tp_outside_nvlink: bool = Field(
         default=False, description="let TP groups leave an NVLink domain (slow; off by default)"
