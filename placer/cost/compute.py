@@ -83,7 +83,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     t = layout.tp
     tokens = tokens_per_gpu(job, layout)
     imbalance = options.moe_load_imbalance
-    kv_local = max(model.kv_heads / t, 1.0)
+    kv_local = layout.kv_heads_per_gpu(model.kv_heads)
     gate = mlp_matrices(model) - 1  # 2 for gated (gate and up fused), 1 otherwise
     gemms: list[tuple[float, int]] = [
         (2 * tokens * h * d * (a / t + 2 * kv_local), 1),  # QKV projection
@@ -103,7 +103,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     dispatch, routed = 0.0, 0.0
     if moe_layer and model.moe is not None:
         moe = model.moe
-        rep = 1.0 / t if layout.sequence_parallel else 1.0
+        rep = layout.sp_replication
         gemms.append((2 * tokens * h * moe.num_experts * rep, 1))  # router
         local_experts = moe.num_experts / layout.ep
         routed = tokens * moe.top_k * layout.etp / t * imbalance
@@ -158,7 +158,7 @@ def moe_dispatch_bytes(model: Model, layout: Layout, tokens: float, routed: floa
     moe = model.moe
     assert moe is not None
     h = model.hidden_size
-    rep = 1.0 / layout.tp if layout.sequence_parallel else 1.0
+    rep = layout.sp_replication
     passes = MOE_PERMUTE_PASSES + (MOE_SORT_PASSES if moe.num_experts > layout.ep else 0)
     tokens_local = tokens * rep
     permutes = (passes * routed + tokens_local) * h * ACTIVATION_BYTES

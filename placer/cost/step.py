@@ -68,6 +68,34 @@ class _Call:
         return self.one.time_s
 
 
+@dataclass(frozen=True)
+class LayerCalls:
+    """How often a per-layer collective runs per micro-batch: ``forward`` times in each forward
+    pass (the recomputed forward of full recomputation repeats them) and ``backward`` times in
+    the backward. The cost model counts with it and the replay splits its counts back with it."""
+
+    forward: int
+    backward: int
+
+    def per_microbatch(self, layout: Layout) -> int:
+        return self.forward * layout.forward_passes + self.backward
+
+    def first_forward(self, calls: int, layout: Layout) -> int:
+        """Of ``calls`` counted per layer and micro-batch, those of the first forward pass."""
+        return calls * self.forward // self.per_microbatch(layout)
+
+
+LAYER_CALLS: dict[Part, LayerCalls] = {
+    # Megatron: one all-reduce (or all-gather + reduce-scatter with SP) after attention and one
+    # after the MLP, forward; their conjugates in the backward (Shoeybi et al. 2019, figure 4).
+    Part.TP: LayerCalls(forward=2, backward=2),
+    # MoE: dispatch and combine all-to-alls forward, and again for the gradients backward.
+    Part.EP: LayerCalls(forward=2, backward=2),
+    # CP ring step: K/V out in the forward; K/V and dK/dV in the backward (per ring step).
+    Part.CP: LayerCalls(forward=1, backward=2),
+}
+
+
 @dataclass
 class _Ledger:
     """Collective costs as they are added up, one row per (part, group, collective): the dense
@@ -195,7 +223,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     dp_exposed = _dp_exposed(model, layout, job, links, calib, shapes, stage_times, ledger,
                              options.dp_comm_overlap)
     params = stage_params(model, layout, worst_shape)
-    dense_shard = layout.dp * layout.cp if layout.zero_stage >= 1 else 1
+    dense_shard = layout.dp_cp if layout.zero_stage >= 1 else 1
     expert_shard = layout.expert_dp if layout.zero_stage >= 1 else 1
     optimizer_s = optimizer_step_time(params.dense / dense_shard + params.expert / expert_shard,
                                       calib)
@@ -250,7 +278,7 @@ def _tp_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibr
         return NO_LAYER
     link = links[Group.TP]
     nbytes = tokens * model.hidden_size * ACTIVATION_BYTES
-    per_pass = 2 + (2 if layout.recompute == "full" else 0) + 2  # fwd, recompute fwd, bwd
+    per_pass = LAYER_CALLS[Part.TP].per_microbatch(layout)
     if layout.sequence_parallel:
         ag = coll.all_gather(link, nbytes, calib)
         rs = coll.reduce_scatter(link, nbytes, calib)
@@ -273,7 +301,7 @@ def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibr
     nbytes = tokens / layout.tp * model.moe.top_k * model.hidden_size * ACTIVATION_BYTES
     nbytes *= imbalance
     one = coll.all_to_all(link, nbytes, calib)
-    calls = 4 + (2 if layout.recompute == "full" else 0)
+    calls = LAYER_CALLS[Part.EP].per_microbatch(layout)
     return _PerLayer(Part.EP, (_Call("all_to_all", Group.EP, link, nbytes, one, calls),),
                      calls * one.time_s)
 
@@ -282,7 +310,7 @@ def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration
              tokens: float) -> _Call:
     """One ring step of CP: this rank's K and V chunk sent to its neighbour."""
     link = links[Group.CP]
-    kv_local = max(model.kv_heads / layout.tp, 1.0)
+    kv_local = layout.kv_heads_per_gpu(model.kv_heads)
     nbytes = 2 * tokens * kv_local * model.attention_head_dim * ACTIVATION_BYTES
     return _Call("send_recv", Group.CP, link, nbytes, coll.send_recv(link, nbytes, calib))
 
@@ -302,7 +330,7 @@ def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibrat
     # Backward sends K, V and receives dK, dV per step, behind the backward attention.
     bwd = steps * _overlapped(2 * one.time_s, ATTENTION_BACKWARD_RATIO * attn_fwd / layout.cp,
                               calib)
-    redo = fwd if layout.recompute == "full" else 0.0
+    redo = fwd if layout.forward_passes > 1 else 0.0
     return shape.layers * (fwd + bwd + redo)
 
 
@@ -310,7 +338,7 @@ def _record_cp(ledger: _Ledger, model: Model, layout: Layout, links: GroupLinks,
                calib: Calibration, tokens: float, layer_microbatches: float,
                exposed_s: float) -> None:
     step = _cp_step(model, layout, links, calib, tokens)
-    per_layer = (layout.cp - 1) * (1 + 2 + (1 if layout.recompute == "full" else 0))
+    per_layer = (layout.cp - 1) * LAYER_CALLS[Part.CP].per_microbatch(layout)
     ledger.add(Part.CP, step, per_layer * layer_microbatches, exposed_s)
 
 
@@ -355,7 +383,7 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
                                          aggregate_nics=False).time_s
     gathers = 0
     if layout.zero_stage >= 3:
-        gathers = 3 if layout.recompute == "full" else 2
+        gathers = layout.forward_passes + 1  # each forward, and the backward
     return _ZeroTraffic(gather_s, scatter_s, gathers,
                         _Call("all_gather", Group.DP_CP, link, gather_bytes, gather),
                         _Call("reduce_scatter", Group.DP_CP, link, scatter_bytes, scatter))
@@ -370,7 +398,7 @@ def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLin
     gathers again and reduce-scatters gradients, hiding behind its compute except the last
     layer's reduce-scatter.
     """
-    if layout.zero_stage >= 3 and layout.pp > 1:
+    if layout.zero3_per_step:
         return 0.0  # gathered once per step under pipelining (see _dp_exposed)
     traffic = _zero_traffic(model, layout, job, links, calib, shape)
     if traffic is None:
@@ -396,7 +424,7 @@ def _record_zero(ledger: _Ledger, model: Model, layout: Layout, job: Job, links:
                  calib: Calibration, shape: StageShape, m: int, exposed_s: float) -> None:
     """Ledger rows for ZeRO-2/3 over a whole step, sharing out the exposed time."""
     traffic = _zero_traffic(model, layout, job, links, calib, shape)
-    if traffic is None or (layout.zero_stage >= 3 and layout.pp > 1):
+    if traffic is None or layout.zero3_per_step:
         return
     per_microbatch = traffic.gathers * traffic.gather_s + traffic.scatter_s
     share = exposed_s / (per_microbatch * m) if per_microbatch > 0 else 0.0
@@ -440,9 +468,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     Without overlap (``overlap=False``) all of it is exposed.
     """
     zero = layout.zero_stage
-    dense_group, expert_group = layout.dp * layout.cp, layout.expert_dp
+    dense_group, expert_group = layout.dp_cp, layout.expert_dp
     # ZeRO-3 under pipelining gathers and reduce-scatters once per step, like ZeRO-1.
-    per_step_zero3 = zero >= 3 and layout.pp > 1
+    per_step_zero3 = layout.zero3_per_step
     if (zero >= 3 and not per_step_zero3) or (dense_group <= 1 and expert_group <= 1):
         return 0.0
     if Group.DP_CP not in links:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from placer.spec.job import Job
-from placer.spec.layout import Layout, layout_problem
+from placer.spec.layout import Layout, layout_problem, sp_allowed, zero_allowed
 from placer.spec.model import Model
 
 MBS_CAP = 16
@@ -178,8 +178,8 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
                      if layout_problem(degrees.layout(vpp=v, mbs=m), model, degree_job,
                                        degrees.num_gpus) is None]
         vpp_by_mbs.append(_allowed(job, "vpp", list(vpps), int))
-    zero = list(ZERO_STAGES) if degrees.dp * degrees.cp > 1 else [0]
-    sp = [False, True] if degrees.tp > 1 and job.seq_len % degrees.tp == 0 else [False]
+    zero = list(ZERO_STAGES) if zero_allowed(degrees.dp, degrees.cp) else [0]
+    sp = [False, True] if sp_allowed(degrees.tp, job.seq_len) else [False]
     return KnobOptions(
         mbs=mbs_ok, vpp_by_mbs=tuple(vpp_by_mbs),
         zero=_allowed(job, "zero", list(zero), int),

@@ -38,7 +38,7 @@ from placer.cost import estimate, memory_estimate
 from placer.solver.space import Degrees, KnobOptions, knob_options, layout_key
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
-from placer.spec.layout import Layout, layout_problem
+from placer.spec.layout import Layout, layout_problem, sp_allowed, zero_allowed
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import Estimate, MemoryBreakdown
@@ -149,15 +149,15 @@ def _fits(memory: MemoryBreakdown) -> bool:
 
 def _least_memory_fits(search: _Search, degrees: Degrees, mbs: int) -> bool:
     """Whether any knob setting of (degrees, mbs) can fit: try the most saving ones."""
-    sp = degrees.tp > 1 and search.job.seq_len % degrees.tp == 0
-    zeros = (3, 2, 1) if degrees.dp * degrees.cp > 1 else (0,)
+    sp = sp_allowed(degrees.tp, search.job.seq_len)
+    zeros = (3, 2, 1) if zero_allowed(degrees.dp, degrees.cp) else (0,)
     return any(_fits(search.memory(degrees.layout(mbs=mbs, zero=z, recompute="full", sp=sp)))
                for z in zeros)
 
 
 def _probe(search: _Search, degrees: Degrees, mbs: int) -> Probe:
     """One estimate per SP setting: ZeRO 0, no recompute, one virtual stage."""
-    sps = [False, True] if degrees.tp > 1 and search.job.seq_len % degrees.tp == 0 else [False]
+    sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
     return tuple((sp, search.estimate(degrees.layout(mbs=mbs, sp=sp))) for sp in sps)
 
 

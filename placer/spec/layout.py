@@ -7,6 +7,7 @@ rest is expert data parallelism (``edp``).
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, ValidationError
@@ -54,6 +55,17 @@ _BOOLEAN_FIELDS = ("sequence_parallel", "embedding_in_split", "loss_in_split",
 _TRUE = {"on", "true", "1", "yes"}
 _FALSE = {"off", "false", "0", "no"}
 LAYOUT_FORM = "tp=8,pp=4,dp=32,mbs=1,zero=1,recompute=selective,sp=on"
+
+
+def sp_allowed(tp: int, seq_len: int) -> bool:
+    """Sequence parallelism needs tp > 1 and tp dividing the sequence (it splits it over the
+    TP ranks); the one rule the search and the validation share."""
+    return tp > 1 and seq_len % tp == 0
+
+
+def zero_allowed(dp: int, cp: int) -> bool:
+    """ZeRO shards over the dp x cp ranks; with one there is nothing to shard."""
+    return dp * cp > 1
 
 
 class Layout(Spec):
@@ -112,6 +124,56 @@ class Layout(Spec):
     def expert_dp(self) -> int:
         """Expert data-parallel degree: the dense grid tp*cp*dp divided by ep*etp."""
         return max(1, (self.tp * self.cp * self.dp) // (self.ep * self.etp))
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that hold the same dense weights: the gradient and ZeRO group (Group.DP_CP)."""
+        return self.dp * self.cp
+
+    @property
+    def zero_allowed(self) -> bool:
+        """ZeRO shards over dp x cp, so it needs more than one rank there."""
+        return zero_allowed(self.dp, self.cp)
+
+    def sp_allowed(self, seq_len: int) -> bool:
+        """Whether sequence parallelism can run at this tp (see ``sp_allowed``)."""
+        return sp_allowed(self.tp, seq_len)
+
+    @property
+    def cp_chunks(self) -> int:
+        """Chunks context parallelism cuts the sequence into: two per CP rank (load-balanced
+        causal attention, Megatron-Core's get_batch_on_this_cp_rank), none without CP."""
+        return 2 * self.cp if self.cp > 1 else 1
+
+    @property
+    def seq_len_divisor(self) -> int:
+        """What the sequence length must be a multiple of: the CP chunks and, with sequence
+        parallelism, tp (the sequence is split over the TP ranks)."""
+        return math.lcm(self.cp_chunks, self.tp if self.sequence_parallel else 1)
+
+    @property
+    def sp_replication(self) -> float:
+        """Share of the tensors TP would replicate (norms, dropout, residual) that each rank
+        keeps: 1/tp with sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198,
+        section 4.2.2), all of them without."""
+        return 1.0 / self.tp if self.sequence_parallel else 1.0
+
+    def kv_heads_per_gpu(self, kv_heads: int) -> float:
+        """KV heads each TP rank holds: kv/tp, and a whole head when tp exceeds kv (Megatron
+        replicates GQA heads then)."""
+        return max(kv_heads / self.tp, 1.0)
+
+    @property
+    def zero3_per_step(self) -> bool:
+        """ZeRO-3 under pipelining: parameters are gathered and gradients reduce-scattered once
+        per step (like ZeRO-1), not per micro-batch; DeepSpeed refuses ZeRO-2/3 with its own
+        pipeline engine, and FSDP under pipelining keeps the gathered weights."""
+        return self.zero_stage >= 3 and self.pp > 1
+
+    @property
+    def forward_passes(self) -> int:
+        """Forward passes a layer runs per micro-batch: two with full recomputation."""
+        return 2 if self.recompute == "full" else 1
 
     def num_microbatches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)
@@ -301,11 +363,11 @@ def layout_problem(layout: Layout, model: Model, job: Job, num_gpus: int) -> tup
     problem = _pipeline_problem(layout, model)
     if problem is not None:
         return problem
-    if c > 1 and job.seq_len % (2 * c):
+    if job.seq_len % layout.cp_chunks:
         return ("layout.cp", c, f"2*cp must divide seq_len={job.seq_len} (load-balanced CP)")
-    if layout.sequence_parallel and t == 1:
-        return ("layout.sequence_parallel", True, "sequence parallelism needs tp > 1")
-    if job.seq_len % (t if layout.sequence_parallel else 1):
+    if layout.sequence_parallel and not layout.sp_allowed(job.seq_len):
+        if t == 1:
+            return ("layout.sequence_parallel", True, "sequence parallelism needs tp > 1")
         return ("layout.tp", t, f"with sequence parallelism tp must divide seq_len={job.seq_len}")
     if job.global_batch_size % (d * layout.micro_batch_size):
         return ("layout.micro_batch_size", layout.micro_batch_size,

@@ -29,6 +29,7 @@ from placer.cost.compute import gemm_time
 from placer.cost.groups import GroupLinks
 from placer.cost.params import stage_shapes
 from placer.cost.profile import Calibration
+from placer.cost.step import LAYER_CALLS
 from placer.dims import Group, Part
 from placer.errors import PlacerError
 from placer.spec.job import Job
@@ -175,26 +176,20 @@ class _Kinds:
         return self._index[ident]
 
 
-def forward_calls(dimension: str, calls: int, full_recompute: bool) -> int:
-    """How many of a layer's per-micro-batch calls the forward pass issues.
-
-    TP and EP: half (two of four), a third with full recomputation (the backward redoes the
-    forward's); CP: one of three ring passes (K/V out), one of four with full recomputation.
-    """
-    if dimension == "cp":
-        return calls // (4 if full_recompute else 3)
-    return calls // (3 if full_recompute else 2)
+def forward_calls(dimension: Part, calls: int, layout: Layout) -> int:
+    """How many of a layer's per-micro-batch calls the (first) forward pass issues; the rest
+    run in the backward, with full recomputation after its redone forward (``LAYER_CALLS``)."""
+    return LAYER_CALLS[dimension].first_forward(calls, layout)
 
 
 def smallest_part_s(est: Estimate, model: Model, job: Job, scale: float) -> float:
     """The shortest compute piece of the replay: a layer's pass split at its collectives."""
     fwd_s, bwd_s, m, layers = compute_chunks_s(est, model, job, scale)
-    full = est.layout.recompute == "full"
     per_fwd = per_bwd = 0
     for row in est.collectives:
-        if row.dimension in ("tp", "ep", "cp"):
+        if row.dimension in LAYER_CALLS:
             calls = -(-row.calls_per_step // (m * layers))
-            fwd = forward_calls(row.dimension, calls, full)
+            fwd = forward_calls(row.dimension, calls, est.layout)
             per_fwd, per_bwd = per_fwd + fwd, per_bwd + calls - fwd
     return min(fwd_s / max(1, per_fwd), bwd_s / max(1, per_bwd))
 
@@ -217,25 +212,24 @@ def _per_layer_ops(rows: Sequence[CollectiveCost], kinds: _Kinds, layout: Layout
     zero_bwd: list[Op] = []
     end: list[Op] = []
     act = grad = None
-    full = layout.recompute == "full"
     for row in rows:
         link = link_for(row, kinds.links)
         kind = kinds.get(row.dimension, row.collective, row.message_bytes * scale, row.group,
                          link)
-        if row.dimension in ("tp", "ep", "cp"):
-            op: Op = ("x", kind) if row.dimension == "cp" else ("c", kind)
+        if row.dimension in LAYER_CALLS:
+            op: Op = ("x", kind) if row.dimension == Part.CP else ("c", kind)
             slots = _split(row.calls_per_step, m * layers)
             for index, calls in enumerate(slots):
                 layer = grid[index // layers][index % layers]
-                forward = forward_calls(row.dimension, calls, full)
+                forward = forward_calls(row.dimension, calls, layout)
                 layer.forward += [op] * forward
                 layer.backward += [op] * (calls - forward)
-        elif row.dimension == "pp":
+        elif row.dimension == Part.PP:
             act = grad = kind
-        elif row.dimension == "zero" and row.collective == "all_gather":
+        elif row.dimension == Part.ZERO and row.collective == "all_gather":
             zero_fwd.append(("c", kind))
             zero_bwd.append(("c", kind))
-        elif row.dimension == "zero":
+        elif row.dimension == Part.ZERO:
             zero_bwd.append(("c", kind))
         else:  # dp: the gradient reduction (and parameter gather) once per step
             end += [("c", kind)] * row.calls_per_step
