@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
+import pytest
+from helpers_cli import cli
 from helpers_slurm import SlurmCluster, slurm_cluster
+
+from placer.report.plan import plan_json
+from placer.spec import Job, Model
+from placer.verify.cpu_cluster import emulated_cluster
+from placer.verify.plans import plan_for_layouts
 
 __all__ = ["slurm_cluster"]
 
@@ -24,3 +33,78 @@ def test_fixture_allocates_fake_gpus_and_reports_exit(slurm_cluster: SlurmCluste
     assert (record["JobState"], record["ExitCode"]) == ("FAILED", "3:0")
     node_id, visible = (tmp_path / "out.txt").read_text().split()
     assert node_id == "0" and len(visible.split(",")) == 2
+
+
+# Stands in for python3 on the compute node: candidate 1's torchrun never starts (a hang),
+# candidate 2's exits 3 at once (a crash); every other candidate runs the real interpreter.
+FAULTY_PYTHON = """#!/bin/bash
+case "$*" in
+  *candidate1/replay.json*) exec sleep {hang_s} ;;
+  *candidate2/replay.json*) echo "RuntimeError: injected crash" >&2; exit 3 ;;
+esac
+exec {python} "$@"
+"""
+HANG_S = 3217  # a duration no other process here uses, to prove the hung job's tree is gone
+
+
+def _sleepers(seconds: int) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] == [b"sleep", str(seconds).encode()]:
+                pids.append(int(proc.name))
+    return pids
+
+
+def test_verify_slurm_times_out_a_hang_reports_a_crash_keeps_the_rest_and_resumes(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
+                  ffn_hidden_size=256, gated_mlp=False, vocab_size=512, tied_embeddings=True)
+    plan = plan_for_layouts(model, emulated_cluster(1, 2, None),
+                            Job(seq_len=128, global_batch_size=16),
+                            [("tp=2,mbs=8", "tp", "TP"), ("dp=2,mbs=8", "dp", "DP"),
+                             ("pp=2,mbs=4", "pp", "PP")])
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(plan_json(plan))
+    faulty = tmp_path / "python"
+    faulty.write_text(FAULTY_PYTHON.format(hang_s=HANG_S, python=sys.executable))
+    faulty.chmod(0o755)
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    monkeypatch.setenv("PYTHON", str(faulty))
+    work = tmp_path / "work"
+    args = ["verify", str(plan_path), "--slurm", "--work-dir", str(work), "--top", "3",
+            "--scale", "0.5", "--steps", "2", "--timeout-s", "40",
+            "--partition", slurm_cluster.partition, "--out", str(tmp_path / "r.json"), "--force"]
+
+    code, out, err = cli(args, capsys)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0, err
+    assert [c["status"] for c in doc["candidates"]] == ["ok", "timeout", "failed"], out
+    ok, hung, crashed = doc["candidates"]
+    assert ok["measured_step_s"] > 0 and len(ok["measured_steps_s"]) == 2
+    assert hung["error"].startswith("timeout (limit 40 s)")
+    assert "FAILED, exit code 3:0" in crashed["error"], crashed["error"]
+    assert "injected crash" in crashed["error"]
+    first_ids = {i: json.loads((work / f"candidate{i}" / "slurm.json").read_text())["job_id"]
+                 for i in range(3)}
+    hung_job = slurm_cluster.wait_job(first_ids[1], timeout_s=30)
+    assert hung_job["JobState"] == "CANCELLED"
+    assert slurm_cluster.job(first_ids[0])["JobState"] == "COMPLETED"
+    assert not _sleepers(HANG_S)
+
+    monkeypatch.setenv("PYTHON", sys.executable)  # the "node" is fixed: rerun
+    code, out, err = cli(args, capsys)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0, err
+    assert [c["status"] for c in doc["candidates"]] == ["ok", "ok", "ok"], out
+    assert "candidate 0" in out and "not re-run" in out
+    again = {i: json.loads((work / f"candidate{i}" / "slurm.json").read_text())["job_id"]
+             for i in range(3)}
+    assert again[0] == first_ids[0]  # the finished candidate was not submitted again
+    assert again[1] != first_ids[1] and again[2] != first_ids[2]
+    assert doc["complete"] is True and doc["kendall_tau"] is not None

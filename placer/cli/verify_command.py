@@ -293,13 +293,23 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
                    "system every node sees) and print the commands for a real cluster")
 @click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="compare the replays a real cluster ran from --emit-config DIR")
+@click.option("--slurm", is_flag=True,
+              help="submit each candidate as its own Slurm job (its job.sbatch); needs "
+                   "--work-dir on a file system the nodes see; a rerun resumes")
+@click.option("--partition", metavar="P", help="with --slurm: sbatch --partition")
+@click.option("--account", metavar="A", help="with --slurm: sbatch --account")
+@click.option("--time", "time_limit", metavar="T",
+              help="with --slurm: sbatch --time (default: --timeout-s plus 2 minutes)")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="ARG",
+              help="with --slurm: one more sbatch option (repeatable), e.g. --sbatch-arg=--qos=x")
 @click.option("--force", is_flag=True, help="overwrite --out and --save-profile files")
 def verify_command(plan_path: Path, top_k: int, emulate: str | None,
                    inter_node_mbit: float | None, nproc: int | None, profile_path: Path | None,
                    scale: float, steps: int, warmup_steps: int, timeout_s: float, refit: bool,
                    save_profile: Path | None, out_path: Path | None, as_json: bool,
                    work_dir: Path | None, emit_config: Path | None, from_dir: Path | None,
-                   force: bool) -> None:
+                   slurm: bool, partition: str | None, account: str | None,
+                   time_limit: str | None, sbatch_args: tuple[str, ...], force: bool) -> None:
     """Run the plan's top candidates for real and compare measured with predicted step times.
 
     Example: placer verify examples/emulated-2x2/plan.json --emulate 2x2 --inter-node-mbit 400
@@ -323,6 +333,15 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
     if emit_config is not None:
         _emit_replays(plan_path, plan, profile, options, emit_config)
         return
+    if slurm:
+        _verify_slurm(plan_path, plan, profile, str(profile_path or "cost model presets"),
+                      options, work_dir, (partition, account, time_limit, sbatch_args),
+                      (emulate, nproc, from_dir), out_path, save_profile, as_json)
+        return
+    for flag, value in (("--partition", partition), ("--account", account),
+                        ("--time", time_limit), ("--sbatch-arg", " ".join(sbatch_args) or None)):
+        if value is not None:
+            raise InputError(flag, value, "it is an sbatch option; add --slurm")
     if from_dir is not None:
         results, summary, fb = verify_plan(plan, None, profile, options, from_dir)
         doc = results_document(str(plan_path), f"results in {from_dir}", options,
@@ -355,6 +374,53 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
         if any(r.status != "ok" for r in results):
             keep[0] = True
             _say(f"logs of the failed candidates are in {where}", as_json)
+    _finish(doc, results, fb, out_path, save_profile, as_json)
+
+
+def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, source: str,
+                  options: VerifyOptions, work_dir: Path | None,
+                  sbatch: tuple[str | None, str | None, str | None, tuple[str, ...]],
+                  others: tuple[str | None, int | None, Path | None], out_path: Path | None,
+                  save_profile: Path | None, as_json: bool) -> None:
+    """``verify --slurm``: every candidate as a Slurm job; finished ones are read back."""
+    from placer.verify.output import candidate_line, results_document
+    from placer.verify.session import verify_plan_slurm
+    from placer.verify.slurm import SlurmClient, SlurmOptions
+
+    for flag, value in zip(("--emulate", "--nproc", "--from"), others, strict=True):
+        if value is not None:
+            raise InputError(flag, str(value), "--slurm runs the candidates on the cluster "
+                             "Slurm gives; drop one of the two")
+    if work_dir is None:
+        raise InputError("--work-dir", None, "--slurm needs a folder on a file system every "
+                         "node sees (the jobs write their results there; a rerun resumes "
+                         "from it)")
+    if options.refit and profile is None:
+        raise InputError("--profile", None, "--calibrate refits a link profile; run placer "
+                         "calibrate on the cluster first and pass it with --profile")
+    partition, account, time_limit, sbatch_args = sbatch
+    client = SlurmClient()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    where = f"Slurm{f' partition {partition}' if partition else ''} (one job per candidate)"
+    _say(f"verifying {plan_path} on {where}", as_json)
+
+    def arrived(result: CandidateResult, so_far: list[CandidateResult]) -> None:
+        _say(candidate_line(result), as_json)
+        if out_path is not None:
+            _write_json(out_path, results_document(str(plan_path), where, options, source,
+                                                   so_far, None, None))
+
+    def resumed(result: CandidateResult) -> None:
+        _say(f"{candidate_line(result)} (results of an earlier run in {work_dir}, not re-run)",
+             as_json)
+
+    results, summary, fb = verify_plan_slurm(
+        plan, client, SlurmOptions(partition, account, time_limit, tuple(sbatch_args)), profile,
+        options, work_dir.absolute(), arrived, resumed)
+    doc = results_document(str(plan_path), where, options, source, results, summary, fb)
+    if any(r.status != "ok" for r in results):
+        _say(f"logs of the failed candidates are in {work_dir}/candidate*/logs; run the same "
+             "command again to re-run only them", as_json)
     _finish(doc, results, fb, out_path, save_profile, as_json)
 
 

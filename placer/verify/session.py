@@ -11,6 +11,7 @@ same after refitting the profile from the measurements (placer/verify/feedback.p
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from placer.verify.replay import (
     smallest_part_s,
 )
 from placer.verify.runner import Launcher
+from placer.verify.slurm import JobEnd, SlurmClient, SlurmJob, SlurmOptions, run_jobs
 
 WORKER = Path(__file__).resolve().parent / "workers" / "replay.py"
 Status = Literal["ok", "timeout", "failed", "skipped"]
@@ -402,6 +404,13 @@ def verify_plan(plan: Plan, launcher: Launcher | None, profile: LinkProfile | No
         results.append(result)
         if on_result is not None:
             on_result(result, results)
+    return compare(plan, profile, preps, results, options)
+
+
+def compare(plan: Plan, profile: LinkProfile | None, preps: Sequence[Prepared],
+            results: list[CandidateResult], options: VerifyOptions
+            ) -> tuple[list[CandidateResult], dict[str, Any], Feedback | None]:
+    """Ranking of measured against predicted and, with ``options.refit``, the refit."""
     summary = ranking_summary(results, lambda r: r.predicted_step_s)
     fb = None
     if options.refit:
@@ -410,3 +419,86 @@ def verify_plan(plan: Plan, launcher: Launcher | None, profile: LinkProfile | No
                               "let verify calibrate first)")
         fb, summary["after_calibration"] = feedback(plan, profile, preps, results)
     return results, summary, fb
+
+
+# ------------------------------------------------------------------ Slurm
+
+
+def finished(prep: Prepared, work_dir: Path) -> bool:
+    """Whether an earlier run left this candidate's complete results for the same program."""
+    cand_dir = work_dir / f"candidate{prep.index}"
+    try:
+        ran = json.loads((cand_dir / "replay.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    expected = json.loads(json.dumps(prep.program.document()))
+    if any(ran.get(key) != value for key, value in expected.items()):
+        return False
+    return len(list((cand_dir / "out").glob("rank*.json"))) == prep.placement.world_size
+
+
+def slurm_outcome(job: SlurmJob, result: CandidateResult, timeout_s: float) -> CandidateResult:
+    """A non-COMPLETED job as a timeout or failure, with Slurm's words and the log's end."""
+    end = job.end or JobEnd("UNKNOWN")
+    if job.timed_out or end.state in ("TIMEOUT", "DEADLINE"):
+        result.status = "timeout"
+        head = f"timeout (limit {timeout_s:g} s): Slurm job {job.job_id} {end.state}"
+    else:
+        result.status = "failed"
+        where = f"Slurm job {job.job_id}" if job.job_id is not None else "sbatch"
+        head = f"failed: {where} {end.state}"
+        if end.exit_code:
+            head += f", exit code {end.exit_code}"
+    if end.reason and end.reason != "None":
+        head += f" ({end.reason})"
+    line = job.telling_line()
+    result.error = head + (f": {line}" if line else "")
+    return result
+
+
+def verify_plan_slurm(plan: Plan, client: SlurmClient, slurm: SlurmOptions,
+                      profile: LinkProfile | None, options: VerifyOptions, work_dir: Path,
+                      on_result: Callable[[CandidateResult, list[CandidateResult]], None]
+                      | None = None, resumed: Callable[[CandidateResult], None] | None = None
+                      ) -> tuple[list[CandidateResult], dict[str, Any], Feedback | None]:
+    """Each top candidate as its own Slurm job (placer/verify/slurm.py); results as they end.
+
+    Candidates whose results an earlier run in ``work_dir`` left for the same program are read
+    back, not run again (``resumed`` hears of each).
+    """
+    preps = prepare(plan, top_indices(plan, options), profile, options.scale)
+    by_index = {p.index: p for p in preps}
+    results: dict[int, CandidateResult] = {}
+    jobs: list[SlurmJob] = []
+    for prep in preps:
+        cand_dir = work_dir / f"candidate{prep.index}"
+        if finished(prep, work_dir):
+            result = collect(prep, plan, cand_dir / "out")
+            results[prep.index] = result
+            if resumed is not None:
+                resumed(result)
+            continue
+        config_path, out_dir = write_candidate(prep, plan, options, work_dir, "auto")
+        log_dir = cand_dir / "logs"
+        log_dir.mkdir(exist_ok=True)
+        jobs.append(SlurmJob(prep.index, cand_dir / "launch", cand_dir / "slurm.json",
+                             log_dir / "slurm-%j.out",
+                             (str(config_path.absolute()), str(out_dir.absolute()))))
+
+    def ended(job: SlurmJob) -> None:
+        prep = by_index[job.index]
+        result = _base_result(prep, plan)
+        if job.job_id is not None:
+            job.log_path = Path(str(job.log_path).replace("%j", str(job.job_id)))
+        if job.started is not None:
+            result.wall_s = time.monotonic() - job.started
+        if job.end is not None and job.end.state == "COMPLETED" and not job.timed_out:
+            result = collect(prep, plan, work_dir / f"candidate{job.index}" / "out", result)
+        else:
+            result = slurm_outcome(job, result, options.candidate_timeout_s)
+        results[job.index] = result
+        if on_result is not None:
+            on_result(result, [results[i] for i in sorted(results)])
+
+    run_jobs(client, jobs, WORKER, slurm, options.candidate_timeout_s, "auto", ended)
+    return compare(plan, profile, preps, [results[p.index] for p in preps], options)
