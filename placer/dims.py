@@ -92,3 +92,5 @@ PART_ORDER: tuple[Part, ...] = (Part.TP, Part.CP, Part.EP, Part.PP, Part.DP, Par
 PART_GROUP: dict[Part, Group] = {Part.TP: Group.TP, Part.CP: Group.CP, Part.EP: Group.EP,
                                  Part.PP: Group.PP, Part.DP: Group.DP_CP, Part.ZERO: Group.DP_CP}
 """The dense group each part's collectives run on (expert gradients: ``Group.EDP`` instead)."""
+LAYOUT_DIMS: tuple[Dim, ...] = (Dim.TP, Dim.PP, Dim.DP, Dim.CP, Dim.EP, Dim.ETP)
+"""The degrees a ``Layout`` sets; edp follows from them."""

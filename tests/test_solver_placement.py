@@ -18,7 +18,6 @@ from placer.mesh import MeshGrid, candidate_orders
 from placer.solver.placement import (
     TileMap,
     bins_for,
-    coords_function,
     irregular_placements,
     node_tiles,
     order_placements,
@@ -202,7 +201,7 @@ def test_orders_that_split_tp_across_nodes_are_dropped() -> None:
 ])
 def test_fast_coords_equal_the_mesh_grid(layout: Layout, order: tuple[str, ...]) -> None:
     grid = MeshGrid(layout, order)
-    fast = coords_function(grid)
+    fast = grid.coords_function()
     for index in range(layout.num_gpus):
         assert fast(index) == grid.coords(index)
 

@@ -48,7 +48,7 @@ def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int
     for group in (Group.TP, Group.CP, Group.PP):
         if getattr(layout, group) > 1:
             groups[group] = grid.representative_group(group)
-    if layout.dp * layout.cp > 1:
+    if layout.dp_cp > 1:
         groups[Group.DP_CP] = sorted(i * strides[Dim.DP] + j * strides[Dim.CP]
                                      for i in range(layout.dp) for j in range(layout.cp))
     expert = {Group.ETP: range(layout.etp),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 
+from placer.dims import LAYOUT_DIMS
 from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem, sp_allowed, zero_allowed
 from placer.spec.model import Model
@@ -31,7 +32,7 @@ kept per (tp, pp, cp, ep, etp): fewer data-parallel replicas than that means idl
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
-DEGREE_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp")
+DEGREE_KEYS = LAYOUT_DIMS
 
 
 @dataclass(frozen=True, order=True)
