@@ -39,6 +39,25 @@ class CostOptions:
     """ZeRO-3 without pipelining: None gathers whole layers (FSDP units: the current layer and
     the prefetched next); a number bounds the parameters held at once as DeepSpeed does
     (``stage3_max_live_parameters``, 1e9 by default), fetching per submodule."""
+    param_gather_overlap: bool = True
+    """ZeRO-1/2 parameter all-gather (and FSDP prefetch) behind the next forward
+    (Megatron --overlap-param-gather); False: on the critical path after the optimizer step."""
+    cp_comm_overlap: bool = True
+    """CP K/V ring exchange behind each block of attention (Transformer Engine's ring)."""
+    ep_comm_overlap: bool = False
+    """MoE all-to-all behind the other micro-batch's compute (Megatron
+    --overlap-moe-expert-parallel-comm, DualPipe F&B chunks); False: on the critical path."""
+    p2p_overlap: bool = True
+    """Interleaved-schedule stage sends behind the next chunk (--overlap-p2p-communication)."""
+    dp_overlap_under_pp: bool = True
+    """Gradient reduction overlaps the last micro-batch's backward under pipelining (DeepSpeed's
+    pipeline engine reduces after the flush: False)."""
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher: alltoall, allgather or flex (placer.spec.runtime.Dispatcher)."""
+    moe_grouped_gemm: bool = True
+    """Local experts run as one grouped GEMM; False: one kernel launch per expert."""
+    moe_capacity_factor: float | None = None
+    """Expert capacity as a multiple of the mean load (tokens beyond it dropped); None: dropless."""
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.moe_load_imbalance <= 64.0:

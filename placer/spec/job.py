@@ -7,9 +7,10 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from placer.spec.base import Spec
+from placer.spec.runtime import Runtime, runtime_optimizer_bytes
 from placer.spec.text import decimal
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -140,6 +141,17 @@ class Job(Spec):
     allow_tp_outside_nvlink: bool = Field(
         default=False, description="let TP groups leave an NVLink domain (slow; off by default)"
     )
+    runtime: Runtime = Field(
+        default_factory=Runtime, description="overlaps, MoE dispatch and precision recipe; unset "
+        "fields take the stack's defaults")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _runtime_bytes(cls, data: Any) -> Any:
+        """bf16 gradient reduction keeps 2-byte main gradients; FP8 parameter gather keeps
+        1-byte weights (Megatron --grad-reduce-in-bf16, --fp8-param-gather): the optimizer's
+        byte counts follow unless the job gives them."""
+        return runtime_optimizer_bytes(data)
 
     @field_validator("constraints", mode="before")
     @classmethod

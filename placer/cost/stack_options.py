@@ -1,0 +1,51 @@
+"""The cost model's software inputs for a job on a stack: the job's runtime settings, else the
+stack's defaults, else placer's generic defaults (``CostOptions()``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from placer.cost.options import DEFAULT_OPTIONS, CostOptions
+from placer.spec.job import Job
+from placer.spec.stack import Stack
+
+
+def options_for(job: Job, stack: Stack | None,
+                base: CostOptions = DEFAULT_OPTIONS) -> CostOptions:
+    """``base`` with what the job's runtime (or, where it is silent, the stack) says."""
+    runtime = job.runtime
+    updates: dict[str, object] = {}
+    overlaps = runtime.overlaps
+    if overlaps is None and stack is not None:
+        overlaps = stack.defaults.overlaps
+    if overlaps is not None:
+        updates.update(tp_comm_overlap="tp" in overlaps, dp_comm_overlap="dp_grad" in overlaps,
+                       param_gather_overlap="param_gather" in overlaps,
+                       cp_comm_overlap="cp" in overlaps, ep_comm_overlap="ep" in overlaps,
+                       p2p_overlap="p2p" in overlaps)
+    if stack is not None:
+        updates.update(dp_overlap_under_pp=stack.dp_overlap_under_pp,
+                       moe_dispatcher=stack.defaults.moe_dispatcher,
+                       moe_grouped_gemm=stack.defaults.moe_grouped_gemm)
+    if runtime.moe_dispatcher is not None:
+        updates["moe_dispatcher"] = runtime.moe_dispatcher
+    if runtime.moe_grouped_gemm is not None:
+        updates["moe_grouped_gemm"] = runtime.moe_grouped_gemm
+    if runtime.moe_load_imbalance is not None:
+        updates["moe_load_imbalance"] = runtime.moe_load_imbalance
+    if runtime.moe_capacity_factor is not None:
+        updates["moe_capacity_factor"] = runtime.moe_capacity_factor
+    return replace(base, **updates) if updates else base  # type: ignore[arg-type]
+
+
+def job_on_stack(job: Job, stack: Stack | None) -> Job:
+    """The job with the stack's gradient-reduction dtype where the job does not say one (the
+    optimizer's gradient bytes follow it, placer.spec.runtime)."""
+    if stack is None or job.runtime.grad_reduce_dtype is not None:
+        return job
+    if stack.defaults.grad_reduce_dtype == "fp32":
+        return job
+    document = job.model_dump()
+    document["runtime"]["grad_reduce_dtype"] = stack.defaults.grad_reduce_dtype
+    document["optimizer"].pop("grad_bytes", None)
+    return Job.model_validate(document)

@@ -1,0 +1,97 @@
+"""How the framework runs a job beyond the layout: overlaps, MoE dispatch, precision recipe.
+
+Every field is optional: None takes the stack's default (``placer.spec.stack``), or placer's
+generic default without a stack (placer.cost.options). The cost model prices each as a mechanism:
+what hides behind which compute, what bytes move, what stays in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from placer.spec.base import Spec
+
+Overlap = Literal["tp", "dp_grad", "param_gather", "cp", "ep", "p2p"]
+"""Communication hidden behind compute:
+
+- ``tp``: TP all-gather/reduce-scatter pipelined with the GEMM that consumes/produces it
+  (Megatron ``--tp-comm-overlap`` with Transformer Engine userbuffers, torchtitan async TP); needs
+  sequence parallelism;
+- ``dp_grad``: bucketed gradient reduction behind the backward (``--overlap-grad-reduce``,
+  FSDP2's per-layer reduce-scatter);
+- ``param_gather``: the distributed optimizer's / FSDP's parameter all-gather prefetched behind
+  the forward (``--overlap-param-gather``, FSDP2 prefetch);
+- ``cp``: the context-parallel K/V ring exchange behind each attention block (TE's ring);
+- ``ep``: the MoE all-to-all behind another micro-batch's compute (Megatron
+  ``--overlap-moe-expert-parallel-comm``, DualPipe's F&B chunks);
+- ``p2p``: pipeline stage sends behind the next chunk (``--overlap-p2p-communication``)."""
+OVERLAPS: tuple[str, ...] = ("tp", "dp_grad", "param_gather", "cp", "ep", "p2p")
+Dispatcher = Literal["alltoall", "allgather", "flex"]
+"""MoE token dispatcher (Megatron-Core ``--moe-token-dispatcher-type``): ``alltoall`` sends each
+routed copy to its expert's rank; ``allgather`` gathers every token of the EP group on every rank
+and keeps its own experts' share; ``flex`` (DeepEP/HybridEP) sends a token once per destination
+rank, not once per routed expert, and deduplicates on arrival."""
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+"""Transformer Engine FP8 recipes (Megatron ``--fp8-recipe``): delayed and tensorwise (current)
+scaling keep one scale per tensor; blockwise 128x128/1x128 tiles and MXFP8 32-element blocks
+keep more scales and need their own quantisation pass."""
+
+
+class Runtime(Spec):
+    """Framework settings of one job that the layout does not say (None: the stack's default)."""
+
+    overlaps: tuple[Overlap, ...] | None = Field(
+        default=None, description="communication hidden behind compute; None: the stack's")
+    moe_dispatcher: Dispatcher | None = None
+    moe_grouped_gemm: bool | None = Field(
+        default=None, description="local experts as one grouped GEMM (Megatron --moe-grouped-gemm)")
+    moe_capacity_factor: float | None = Field(
+        default=None, ge=0.1, le=64.0,
+        description="tokens an expert takes, as a multiple of the mean; None: dropless")
+    moe_load_imbalance: float | None = Field(
+        default=None, ge=1.0, le=64.0,
+        description="tokens the busiest expert rank receives, as a multiple of the mean (dropless)")
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
+        default=None, description="main-gradient and reduction dtype (Megatron "
+        "--grad-reduce-in-bf16); None: the stack's")
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_param_gather: bool = Field(
+        default=False, description="keep and all-gather FP8 weights (Megatron --fp8-param-gather, "
+        "torchtitan enable_fsdp_float8_all_gather)")
+
+
+def runtime_optimizer_bytes(data: Any) -> Any:
+    """A job document with its optimizer's gradient and weight bytes set by its runtime.
+
+    ``grad_reduce_dtype: bf16`` means 2-byte main gradients, ``fp8_param_gather`` 1-byte working
+    weights (and needs ``precision: fp8``). An optimizer that states other bytes is an error.
+    """
+    if not isinstance(data, dict):
+        return data
+    runtime = data.get("runtime")
+    if isinstance(runtime, Runtime):
+        runtime = runtime.model_dump()
+    if not isinstance(runtime, dict):
+        return data
+    wanted: dict[str, int] = {}
+    if runtime.get("grad_reduce_dtype") == "bf16":
+        wanted["grad_bytes"] = 2
+    elif runtime.get("grad_reduce_dtype") == "fp32":
+        wanted["grad_bytes"] = 4
+    if runtime.get("fp8_param_gather"):
+        if data.get("precision", "bf16") != "fp8":
+            raise ValueError("runtime.fp8_param_gather needs precision: fp8")
+        wanted["param_bytes"] = 1
+    if not wanted:
+        return data
+    optimizer = data.get("optimizer")
+    given = optimizer.model_dump() if hasattr(optimizer, "model_dump") else dict(optimizer or {})
+    explicit = optimizer.model_fields_set if hasattr(optimizer, "model_fields_set") else set(given)
+    for key, value in wanted.items():
+        if key in explicit and given.get(key) != value:
+            raise ValueError(f"optimizer.{key}={given.get(key)} contradicts the runtime "
+                             f"(which means {value}); drop one of them")
+        given[key] = value
+    return {**data, "optimizer": given}

@@ -1,0 +1,100 @@
+"""Stack presets: each loads, cites its framework source, and refuses what that framework
+refuses (the rules are read from the framework sources each preset names)."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.cost.options import DEFAULT_OPTIONS
+from placer.cost.stack_options import options_for
+from placer.errors import InputError
+from placer.spec import Job
+from placer.spec.layout import Layout
+from placer.spec.stack import load_stack, stack_names, stack_problem
+
+JOB = Job(seq_len=4096, global_batch_size=64)
+
+
+def test_four_presets_load_and_cite_a_commit() -> None:
+    names = stack_names()
+    frameworks = {load_stack(n).framework for n in names}
+    assert {"megatron", "torchtitan", "deepspeed", "fsdp2"} <= frameworks
+    for name in names:
+        stack = load_stack(name)
+        assert stack.name == name
+        assert "@" in stack.source and len(stack.source.split("@")[1]) == 40  # a full commit
+        for rule in stack.rules:
+            assert "@" in rule.source and rule.why
+
+
+def test_bare_framework_name_takes_the_newest_preset() -> None:
+    assert load_stack("megatron-core").name.startswith("megatron-core@")
+
+
+def test_unknown_stack_is_a_one_line_error() -> None:
+    with pytest.raises(InputError, match="--stack"):
+        load_stack("megatron-cor@0.1")
+
+
+@pytest.mark.parametrize(("stack", "layout", "rule"), [
+    # deepspeed/runtime/pipe/engine.py:77
+    ("deepspeed", "pp=4,dp=2,zero=2", "pipeline-engine-refuses-zero-2-3"),
+    ("deepspeed", "pp=4,dp=2,zero=3", "pipeline-engine-refuses-zero-2-3"),
+    # Megatron transformer_config.py: CPU offloading without PP, without recomputation
+    ("megatron-core", "pp=2,dp=4,offload=1", "cpu-offloading-without-pp"),
+    ("megatron-core", "dp=8,offload=1,recompute=full", "cpu-offloading-without-recompute"),
+    # torchtitan pipeline_parallel.py: multi-stage schedules need two stages per rank
+    ("torchtitan", "pp=4,dp=2,schedule=zb1p", "multi-stage-schedule-needs-two-stages"),
+])
+def test_stack_rules_refuse_what_the_framework_refuses(stack: str, layout: str,
+                                                        rule: str) -> None:
+    problem = stack_problem(Layout.parse(layout), load_stack(stack))
+    assert problem is not None and problem[0] == f"stack rule {rule}"
+
+
+@pytest.mark.parametrize(("stack", "layout", "field"), [
+    ("deepspeed", "pp=4,dp=1,cp=2", "layout.cp"),  # no context parallelism
+    ("deepspeed", "pp=4,dp=1,vpp=2", "layout.vpp"),  # one stage per rank
+    ("torchtitan", "dp=8,recompute=selective", "layout.recompute"),  # op-level SAC, not modules
+    ("torchtitan", "dp=8,zero=1", "layout.zero_stage"),  # FSDP2: no ZeRO-1
+    ("megatron-core", "pp=4,dp=2,vpp=2,schedule=zbv", "layout.schedule"),  # no ZB-V in core
+    ("megatron-core", "dp=8,zero=3,reshard=off", "layout.reshard_after_forward"),
+])
+def test_stack_refuses_knobs_it_lacks(stack: str, layout: str, field: str) -> None:
+    problem = stack_problem(Layout.parse(layout), load_stack(stack))
+    assert problem is not None and problem[0] == field
+    assert load_stack(stack).name in problem[2]
+
+
+@pytest.mark.parametrize(("stack", "layout"), [
+    ("deepspeed", "pp=4,dp=2,zero=1"),
+    ("megatron-core", "tp=8,pp=8,cp=2,vpp=8,emb=on,loss=on,sp=on,dp=8,zero=1"),
+    ("megatron-core", "tp=2,pp=8,ep=32,vpp=4,dp=8,zero=1,recompute=selective,rmodules=moe_act"),
+    ("torchtitan", "pp=8,vpp=2,schedule=zbv,dp=8,zero=3,recompute=op"),
+    ("nemo-automodel", "dp=8,zero=3,shard=4,reshard=off"),
+    ("megatron-core", "dp=1,zero=1"),  # distributed optimizer on one rank: a no-op, accepted
+])
+def test_stack_runs_its_published_combinations(stack: str, layout: str) -> None:
+    assert stack_problem(Layout.parse(layout), load_stack(stack)) is None
+
+
+def test_stack_defaults_reach_the_cost_options() -> None:
+    megatron = options_for(JOB, load_stack("megatron-core"))
+    assert not megatron.tp_comm_overlap and megatron.dp_comm_overlap
+    deepspeed = options_for(JOB, load_stack("deepspeed"))
+    assert not deepspeed.dp_overlap_under_pp
+    forced = options_for(Job(seq_len=4096, global_batch_size=64,
+                             runtime={"overlaps": ["tp", "dp_grad"]}), load_stack("megatron-core"))
+    assert forced.tp_comm_overlap and not forced.param_gather_overlap
+    assert options_for(JOB, None) == DEFAULT_OPTIONS
+
+
+def test_grad_reduce_in_bf16_and_fp8_param_gather_set_optimizer_bytes() -> None:
+    job = Job(seq_len=8192, global_batch_size=128, precision="fp8",
+              runtime={"grad_reduce_dtype": "bf16", "fp8_param_gather": True})
+    assert (job.optimizer.grad_bytes, job.optimizer.param_bytes) == (2, 1)
+    with pytest.raises(ValueError, match="precision: fp8"):
+        Job(seq_len=8, global_batch_size=1, runtime={"fp8_param_gather": True})
+    with pytest.raises(ValueError, match="contradicts"):
+        Job(seq_len=8, global_batch_size=1, optimizer={"grad_bytes": 4},
+            runtime={"grad_reduce_dtype": "bf16"})
