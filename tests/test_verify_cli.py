@@ -116,3 +116,43 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.startswith("error: --out: cannot write")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "profile.yaml"]
     assert list(folder.iterdir()) == []
+
+
+def test_candidates_that_cannot_run_here_are_named_before_any_calibration(
+        tmp_path: Path) -> None:
+    """A 1024-GPU plan on --emulate 2x2: one line per candidate, then an error at once (no
+    namespaces, no calibration, no predicted step time of a replay that never ran)."""
+    plan = ROOT / "examples" / "gpt3-175b-128x-dgx-a100" / "plan.json"
+    done = placer("verify", str(plan), "--top", "2", "--emulate", "2x2")
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 2, done.stdout
+    assert lines[0].startswith("candidate 0 cannot run here: the candidate runs 128 node(s) x 8")
+    assert lines[1].startswith("candidate 1 cannot run here")
+    assert done.stderr.startswith("error: --emulate 2x2: none of the top 2 candidates fits")
+    assert "calibrat" not in done.stderr + done.stdout
+
+
+def test_a_candidate_of_another_shape_is_skipped_without_a_prediction(tmp_path: Path) -> None:
+    from placer.spec import Job, Model
+    from placer.verify.cpu_cluster import emulated_cluster
+    from placer.verify.output import render, results_document
+    from placer.verify.plans import plan_for_layouts
+    from placer.verify.runner import LocalLauncher
+    from placer.verify.session import VerifyOptions, verify_plan
+
+    model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
+                  ffn_hidden_size=256, gated_mlp=False, vocab_size=512, tied_embeddings=True)
+    plan = plan_for_layouts(model, emulated_cluster(1, 4, None), Job(seq_len=128,
+                            global_batch_size=16), [("tp=4,mbs=4", "tp", "TP")])
+
+    class Refuses(LocalLauncher):
+        def run(self, *args: object, **kwargs: object) -> object:
+            raise AssertionError("a candidate of another shape must not run")
+
+    options = VerifyOptions(top_k=1)
+    results, summary, _ = verify_plan(plan, Refuses(2), None, options, tmp_path)
+    assert [r.status for r in results] == ["skipped"]
+    assert results[0].predicted_step_s is None
+    assert "1 node(s) x 4 ranks (4 in all), but this machine, 2 ranks" in (results[0].error or "")
+    table = render(results_document("p", "l", options, "s", results, summary, None))
+    assert table[1].split()[3:6] == ["skipped", "-", "-"]

@@ -348,10 +348,11 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
                                str(profile_path or "cost model presets"), results, summary, fb)
         _finish(doc, results, fb, out_path, save_profile, as_json)
         return
+    default_nproc = plan.candidates[0].layout.num_gpus if plan.candidates else 1
+    _check_shapes(plan, options, emulate, nproc or default_nproc, as_json)
     cuda = _cuda_devices() > 0
     with _work_dir(work_dir, "placer-verify-") as (where, keep), \
-            _launcher(emulate, inter_node_mbit, nproc, plan.candidates[0].layout.num_gpus
-                      if plan.candidates else 1) as launcher:
+            _launcher(emulate, inter_node_mbit, nproc, default_nproc) as launcher:
         _say(f"verifying {plan_path} on {launcher.description}", as_json)
         _note_rate_mismatch(plan.cluster, emulate, inter_node_mbit, as_json)
         source = str(profile_path) if profile_path else "calibrated before the replays"
@@ -422,6 +423,27 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
         _say(f"logs of the failed candidates are in {work_dir}/candidate*/logs; run the same "
              "command again to re-run only them", as_json)
     _finish(doc, results, fb, out_path, save_profile, as_json)
+
+
+def _check_shapes(plan: Plan, options: VerifyOptions, emulate: str | None, nproc: int,
+                  quiet_stdout: bool) -> None:
+    """Before calibrating: one line per top candidate the ranks here cannot run; an error when
+    none can (nothing would be measured)."""
+    from placer.verify.emulate import parse_emulate_spec
+    from placer.verify.session import shape_problems, top_indices
+
+    if emulate is not None:
+        nodes, gpus = parse_emulate_spec(emulate)
+        where = f"--emulate {emulate}"
+    else:
+        nodes, gpus, where = 1, nproc, f"this machine's {nproc} ranks (--nproc)"
+    problems = shape_problems(plan, options, nodes, gpus, where)
+    for index, why in sorted(problems.items()):
+        _say(f"candidate {index} cannot run here: {why}", quiet_stdout)
+    if len(problems) == len(top_indices(plan, options)):
+        raise PlacerError(f"{where}: none of the top {len(problems)} candidates fits "
+                          f"{nodes} node(s) x {gpus} ranks; verify a plan made for this shape, "
+                          "or check the plan on its own cluster with --slurm / --emit-config")
 
 
 def _finish(doc: dict[str, object], results: list[CandidateResult], fb: Feedback | None,

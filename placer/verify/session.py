@@ -78,8 +78,8 @@ class CandidateResult:
     layout_text: str
     mesh_order: str
     status: Status
-    predicted_step_s: float
-    estimate_step_s: float
+    predicted_step_s: float | None
+    estimate_step_s: float | None
     plan_step_s: float
     predicted_parts: dict[str, float]
     measured_step_s: float | None = None
@@ -94,7 +94,7 @@ class CandidateResult:
 
     @property
     def relative_error(self) -> float | None:
-        if self.measured_step_s is None:
+        if self.measured_step_s is None or self.predicted_step_s is None:
             return None
         return (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
 
@@ -129,14 +129,28 @@ def slots_of(placement: Placement) -> list[int]:
     return slots
 
 
-def check_shape(placement: Placement, launcher: Launcher) -> str | None:
-    """Why the launcher cannot run this candidate, or None."""
+def check_shape(placement: Placement, num_nodes: int, gpus_per_node: int, where: str
+                ) -> str | None:
+    """Why ``where`` (``num_nodes`` x ``gpus_per_node`` ranks) cannot run this candidate."""
     per_node = [node.num_ranks for node in placement.nodes]
-    want = [launcher.gpus_per_node] * launcher.num_nodes
+    want = [gpus_per_node] * num_nodes
     if per_node != want:
-        return (f"the candidate runs {'+'.join(map(str, per_node))} ranks per node, but "
-                f"{launcher.description} has {'+'.join(map(str, want))}")
+        return (f"the candidate runs {len(per_node)} node(s) x "
+                f"{'+'.join(map(str, sorted(set(per_node))))} ranks ({sum(per_node)} in all), "
+                f"but {where} has {num_nodes} x {gpus_per_node}")
     return None
+
+
+def shape_problems(plan: Plan, options: VerifyOptions, num_nodes: int, gpus_per_node: int,
+                   where: str) -> dict[int, str]:
+    """Top candidates that cannot run on ``where``, and why; checked before any calibration
+    (a plan for 128 GPUs has nothing to learn from a 2 x 2 emulation)."""
+    problems = {}
+    for index in top_indices(plan, options):
+        why = check_shape(placement_of(plan, index), num_nodes, gpus_per_node, where)
+        if why is not None:
+            problems[index] = why
+    return problems
 
 
 def top_indices(plan: Plan, options: VerifyOptions) -> list[int]:
@@ -210,13 +224,20 @@ def write_candidate(prep: Prepared, plan: Plan, options: VerifyOptions, work_dir
     return config_path, out_dir
 
 
+def skipped_result(plan: Plan, index: int, why: str) -> CandidateResult:
+    """A candidate that cannot run where verify runs: no replay built, so no prediction of one
+    (the plan's own step time stays in ``plan_step_s``)."""
+    cand = plan.candidates[index]
+    return CandidateResult(
+        index=index, layout=cand.layout.model_dump(mode="json"),
+        layout_text=cand.layout.compact(), mesh_order=order_text(parse_order(cand.mesh_order)),
+        status="skipped", predicted_step_s=None, estimate_step_s=None,
+        plan_step_s=cand.step_time_s, predicted_parts={}, error=why)
+
+
 def run_candidate(launcher: Launcher, prep: Prepared, plan: Plan, options: VerifyOptions,
                   work_dir: Path) -> CandidateResult:
     result = _base_result(prep, plan)
-    why = check_shape(prep.placement, launcher)
-    if why is not None:
-        result.error = why
-        return result
     config_path, out_dir = write_candidate(prep, plan, options, work_dir, launcher.backend)
     run = launcher.run([str(WORKER), str(config_path), str(out_dir)],
                        config_path.parent / "logs", options.candidate_timeout_s)
@@ -357,8 +378,10 @@ def feedback(plan: Plan, profile: LinkProfile, preps: Sequence[Prepared],
     calib = calibration_for(plan.cluster, fb.profile)
     by_index = {p.index: p for p in preps}
     ok = [r for r in results if r.status == "ok"]
-    before = {r.index: r.predicted_step_s for r in ok}
+    before = {r.index: r.predicted_step_s or 0.0 for r in ok}
     for r in results:
+        if r.index not in by_index:
+            continue  # skipped: nothing was built for it
         prog = by_index[r.index].program
         step, parts = repredict(prog, calib, plan.job.precision)
         r.after = {"predicted_step_s": step, "predicted_parts_s": parts}
@@ -393,8 +416,11 @@ def verify_plan(plan: Plan, launcher: Launcher | None, profile: LinkProfile | No
     Without a launcher, the replays already ran elsewhere (``verify --emit-config`` on a real
     cluster) and their results are read from ``work_dir``.
     """
-    preps = prepare(plan, top_indices(plan, options), profile, options.scale)
-    results: list[CandidateResult] = []
+    skipped = {} if launcher is None else shape_problems(
+        plan, options, launcher.num_nodes, launcher.gpus_per_node, launcher.description)
+    runnable = [i for i in top_indices(plan, options) if i not in skipped]
+    preps = prepare(plan, runnable, profile, options.scale) if runnable else []
+    results = [skipped_result(plan, i, why) for i, why in sorted(skipped.items())]
     for prep in preps:
         if launcher is None:
             _check_emitted(prep, work_dir / f"candidate{prep.index}" / "replay.json")
@@ -402,6 +428,7 @@ def verify_plan(plan: Plan, launcher: Launcher | None, profile: LinkProfile | No
         else:
             result = run_candidate(launcher, prep, plan, options, work_dir)
         results.append(result)
+        results.sort(key=lambda r: r.index)
         if on_result is not None:
             on_result(result, results)
     return compare(plan, profile, preps, results, options)
@@ -411,7 +438,7 @@ def compare(plan: Plan, profile: LinkProfile | None, preps: Sequence[Prepared],
             results: list[CandidateResult], options: VerifyOptions
             ) -> tuple[list[CandidateResult], dict[str, Any], Feedback | None]:
     """Ranking of measured against predicted and, with ``options.refit``, the refit."""
-    summary = ranking_summary(results, lambda r: r.predicted_step_s)
+    summary = ranking_summary(results, lambda r: r.predicted_step_s or 0.0)
     fb = None
     if options.refit:
         if profile is None:
