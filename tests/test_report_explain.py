@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from test_report_plan import make_candidate
 
+from placer.cost.validity import MODEL_ERROR
 from placer.report.baseline import Baseline, default_tp
 from placer.report.explain import explain, links_sentence, versus, versus_default, what_if_sentences
 from placer.report.whatif import WhatIf, variants
 from placer.spec import Layout
 from placer.spec.job import Job
 from placer.spec.presets import cluster_preset, model_preset
+from placer.spec.recipe import published_recipes
 
 MODEL = model_preset("llama3-70b")
 CLUSTER = cluster_preset("dgx-h100").with_nodes(8)
@@ -52,8 +54,26 @@ def test_versus_default_confirms_when_the_best_is_the_common_default() -> None:
 
 def test_versus_default_quantifies_the_gain() -> None:
     text = versus_default(MODEL, JOB, BEST, Baseline(SECOND.layout, SECOND))
-    assert text.startswith("Over the common default (TP=8, PP=8, DP=1")
-    assert "more tokens/s" in text and "pipeline bubble" in text
+    assert text.startswith("Against the engineer's rule (TP inside the NVLink domain")
+    assert ": TP=8, PP=8, DP=1" in text
+    assert "more tokens/s" in text
+    if SECOND.step_time_s / BEST.step_time_s - 1 >= MODEL_ERROR:
+        assert f"beyond the model's measured error of {MODEL_ERROR:.1%}" in text
+        assert "pipeline bubble" in text
+    else:
+        assert "a tie" in text
+
+
+def test_a_gain_within_the_measured_error_is_a_tie_and_the_recipe_rank_is_named() -> None:
+    near = make_candidate(Layout(tp=4, pp=8, dp=2, zero_stage=1),
+                          parts={"pp_bubble_s": 1.0 + MODEL_ERROR * BEST.step_time_s / 2,
+                                 "dp_exposed_s": 0.3})
+    recipe = published_recipes()[0]
+    text = versus_default(MODEL, JOB, BEST, Baseline(near.layout, near, recipe=recipe),
+                          [BEST, SECOND, near])
+    assert text.startswith(f"Against the published recipe {recipe.id} (NVIDIA/NeMo ")
+    assert "a tie" in text and "within the cost model's measured error" in text
+    assert text.endswith("It is #3 here.")
 
 
 def test_versus_default_says_when_there_is_none() -> None:
@@ -102,7 +122,7 @@ def test_explain_is_deterministic_and_orders_its_sentences() -> None:
     again = explain(MODEL, CLUSTER, JOB, [BEST, SECOND], Baseline(SECOND.layout, SECOND), what)
     assert first == again
     assert first[0].startswith("Best: TP=8, PP=4, DP=2")
-    assert first[1].startswith("Over #2") and first[2].startswith("Over the common default")
+    assert first[1].startswith("Over #2") and first[2].startswith("Against the engineer's rule")
     assert first[3].startswith("Links:") and first[4].startswith("The answer holds")
     only = explain(MODEL, CLUSTER, JOB, [BEST], None, [])
     assert len(only) == 2

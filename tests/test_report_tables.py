@@ -40,10 +40,10 @@ def test_report_lists_candidates_the_default_row_and_the_why() -> None:
     assert "8 x dgx-h100 (64 usable GPUs: H100-SXM-80GB)" in lines[1]
     assert any(line.startswith("defaults used seq_len=8192") for line in lines)
     rows = [re.split(r"\s{2,}", line) for line in lines
-            if line[:1] in ("1", "2") or line.startswith("default")]
+            if line[:1] in ("1", "2") or line.startswith("rule")]
     table_rows = [row for row in rows if len(row) == 17]
     assert [row[:4] for row in table_rows] == [["1", "8", "4", "2"], ["2", "4", "8", "2"],
-                                               ["default", "8", "8", "1"]]
+                                               ["rule", "8", "8", "1"]]
     assert table_rows[1][9] == "full" and table_rows[1][6] == "5"
     assert "- Best: first sentence." in lines and "- Links: second sentence." in lines
     notes = lines.index("Search notes on #1 (--json has every candidate's):")
@@ -57,7 +57,7 @@ def test_breakdown_table_shows_only_parts_some_row_uses() -> None:
                   and "compute" in line.split())
     assert header.split() == ["#", "compute", "recomp", "PP", "bubble", "step"]
     rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()
-            if line.split() and line.split()[0] in ("1", "2", "default") and len(line.split()) == 5}
+            if line.split() and line.split()[0] in ("1", "2", "rule") and len(line.split()) == 5}
     assert rows["2"] == ["10.000", "3.500", "0.500", "14.000"]
 
 

@@ -6,7 +6,10 @@ results, so the same plan always reads the same.
 
 from __future__ import annotations
 
-from placer.report.baseline import Baseline
+from collections.abc import Sequence
+
+from placer.cost.validity import MODEL_ERROR
+from placer.report.baseline import RULE_TEXT, Baseline
 from placer.report.describe import (
     BREAKDOWN_LABELS,
     GIB,
@@ -38,7 +41,7 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
             baseline: Baseline | None, what_ifs: list[WhatIf]) -> list[str]:
     """The explanation of the first candidate, one sentence per line."""
     best = candidates[0]
-    lines = [headline(best)]
+    lines = [headline(best, job)]
     idle = cluster.num_gpus - best.layout.num_gpus
     if idle > 0:
         lines.append(f"It uses {best.layout.num_gpus} of the {cluster.num_gpus} usable GPUs; the "
@@ -48,7 +51,7 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
     if len(candidates) > 1:
         lines.append(versus(best, candidates[1], "#2"))
     if baseline is not None:
-        lines.append(versus_default(model, job, best, baseline))
+        lines.append(versus_default(model, job, best, baseline, candidates))
     links = links_sentence(best, cluster)
     if links:
         lines.append(links)
@@ -56,15 +59,21 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
     return lines
 
 
-def headline(best: Estimate) -> str:
+def headline(best: Estimate, job: Job | None = None) -> str:
+    """The pick in one sentence; memory as used of usable, with the headroom kept beyond it."""
     mem = best.memory
     split = getattr(best, "stage_layers", None)
     stages = f"; layers per pipeline stage {'/'.join(map(str, split))}" if split else ""
+    spare = gib(mem.capacity_bytes - mem.total_bytes)
+    if job is not None and job.memory_headroom > 0:
+        kept = mem.capacity_bytes * job.memory_headroom / (1.0 - job.memory_headroom)
+        spare = f"{spare} GiB to spare beyond the {gib(kept)} GiB headroom kept free"
+    else:
+        spare = f"{spare} GiB free"
     return (f"Best: {layout_text(best.layout)} (ranks ordered {'-'.join(best.mesh_order)}"
             f"{stages}): {seconds(best.step_time_s)} per step, {count(best.tokens_per_s)} "
             f"tokens/s, {percent(best.mfu)} MFU, {gib(mem.total_bytes)} of "
-            f"{gib(mem.capacity_bytes)} GiB per GPU ({gib(mem.capacity_bytes - mem.total_bytes)} "
-            f"GiB free).")
+            f"{gib(mem.capacity_bytes)} GiB usable per GPU ({spare}).")
 
 
 def gain(best: Estimate, other: Estimate) -> float:
@@ -115,29 +124,46 @@ def versus(best: Estimate, other: Estimate, name: str) -> str:
             f"({seconds(other.step_time_s)} per step); {reasons(best, other)}{memory}.")
 
 
-def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline) -> str:
-    """What the first candidate gains over the common default, or that it is the default."""
+def _baseline_label(baseline: Baseline) -> str:
+    if baseline.recipe is not None:
+        source = baseline.recipe.source
+        where = f"{source.repo} {source.path}" if source.repo and source.path else source.url
+        return f"the published recipe {baseline.recipe.id} ({where})"
+    return f"the engineer's rule ({RULE_TEXT})"
+
+
+def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline,
+                   candidates: Sequence[Estimate] = ()) -> str:
+    """What the first candidate gains over the baseline (the stack's published recipe or the
+    engineer's rule); a gain within the model's measured error is a tie."""
     if baseline.layout is None or baseline.estimate is None:
-        return (f"The common default (TP up to 8 inside a node, CP only past 8K tokens, the "
-                f"smallest PP that fits, DP for the rest) is not an option: {baseline.note}.")
+        return f"The engineer's rule ({RULE_TEXT}) is not an option: {baseline.note}."
     default = baseline.estimate
-    spelled = f"the common default ({layout_text(baseline.layout)})"
+    label = _baseline_label(baseline)
+    spelled = f"{label}: {layout_text(baseline.layout)}"
+    if baseline.recipe is None and baseline.note:
+        spelled += f" ({baseline.note})"
+    rank = next((i for i, c in enumerate(candidates, 1) if same_shape(c.layout, baseline.layout)),
+                None)
     if same_shape(best.layout, baseline.layout):
-        return (f"This is {spelled}: TP inside a node, PP just enough to fit, DP for the rest; "
-                f"placer confirms it.")
+        return f"This is {spelled}; placer confirms it."
+    in_top = f" It is #{rank} here." if rank is not None else ""
     ratio = gain(best, default)
     if ratio < -TIE_FRACTION:
         problem = layout_problem(baseline.layout, model, job, best.layout.num_gpus)
         why = f"your constraints rule it out ({problem[2]})" if problem else (
             "the search did not rank it first")
         return (f"{spelled[0].upper()}{spelled[1:]} would be {percent(-ratio)} faster "
-                f"({seconds(default.step_time_s)} per step), but {why}.")
-    if ratio < TIE_FRACTION:
-        return (f"Over {spelled}: a tie within {percent(TIE_FRACTION)} "
-                f"({seconds(default.step_time_s)} per step){_memory_note(best, default, 'it')}.")
-    return (f"Over {spelled}: {percent(ratio)} more tokens/s "
-            f"({seconds(default.step_time_s)} per step, {percent(default.mfu)} MFU); "
-            f"{reasons(best, default)}.")
+                f"({seconds(default.step_time_s)} per step), but {why}.{in_top}")
+    if ratio < MODEL_ERROR:
+        return (f"Against {spelled}: a tie, {percent(ratio)} more tokens/s predicted "
+                f"({seconds(default.step_time_s)} per step), within the cost model's measured "
+                f"error of {percent(MODEL_ERROR)}; either is a sound choice"
+                f"{_memory_note(best, default, 'it')}.{in_top}")
+    return (f"Against {spelled}: {percent(ratio)} more tokens/s predicted "
+            f"({seconds(default.step_time_s)} per step, {percent(default.mfu)} MFU), beyond the "
+            f"model's measured error of {percent(MODEL_ERROR)}; {reasons(best, default)}."
+            f"{in_top}")
 
 
 def links_sentence(best: Estimate, cluster: Cluster) -> str:

@@ -54,8 +54,13 @@ def header_rows(plan: Plan) -> list[tuple[str, str]]:
 def _rows(plan: Plan, baseline: Baseline | None) -> list[tuple[str, Estimate]]:
     rows: list[tuple[str, Estimate]] = [(f"{i}", c) for i, c in enumerate(plan.candidates, 1)]
     if baseline is not None and baseline.estimate is not None:
-        rows.append(("default", baseline.estimate))
+        rows.append((baseline_label(baseline), baseline.estimate))
     return rows
+
+
+def baseline_label(baseline: Baseline) -> str:
+    """The baseline row's name: ``recipe`` (the stack's published recipe) or ``rule``."""
+    return "recipe" if baseline.recipe is not None else "rule"
 
 
 def _table() -> Table:
@@ -135,8 +140,11 @@ def render(rec: Recommendation, console: Console) -> None:
     console.print(header)
     rows = _rows(plan, rec.baseline)
     title = f"Top {len(plan.candidates)} layouts, best first"
-    if len(rows) > len(plan.candidates):
-        title += " ('default': TP in a node, the smallest PP that fits, DP for the rest)"
+    if rec.baseline is not None and len(rows) > len(plan.candidates):
+        if rec.baseline.recipe is not None:
+            title += f" ('recipe': {rec.baseline.recipe.id}, DP scaled to these GPUs)"
+        else:
+            title += " ('rule': TP and EP in the NVLink domain, the smallest PP that fits)"
     breakdown_title, breakdown = breakdown_table(rows)
     sections = [(title, candidates_table(rows)), (breakdown_title, breakdown),
                 ("Memory per GPU (GiB, most loaded pipeline stage)", memory_table(rows))]
