@@ -45,6 +45,10 @@ _JOB_KNOB_OPTIONS = (
     click.option("--allow-tp-outside-nvlink/--no-allow-tp-outside-nvlink",
                  "allow_tp_outside_nvlink", default=None,
                  help="let TP groups span NVLink domains (slow)  [default: no]"),
+    click.option("--stack", metavar="S",
+                 help="training stack: preset (megatron-core@0.20, torchtitan@0.2, "
+                      "deepspeed@0.19, nemo-automodel@0.5; a bare name takes the newest) or "
+                      "stack file; only layouts it runs, with its defaults"),
 )
 _KNOB_NAMES = tuple(f.name for f in fields(JobKnobs))
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from placer.cost.options import (
     DEEPSPEED_PREFETCH_BUCKET_PARAMS,
     DEEPSPEED_REDUCE_BUCKET_PARAMS,
-    DEFAULT_OPTIONS,
     MOE_LOAD_IMBALANCE,
     CostOptions,
 )
@@ -27,6 +26,7 @@ from placer.cost.params import (
     total_params,
 )
 from placer.cost.profile import bounding_node_type
+from placer.cost.stack_options import job_options
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout
@@ -278,8 +278,11 @@ def capacity_bytes(cluster: Cluster, job: Job) -> int:
 
 
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
-                    options: CostOptions = DEFAULT_OPTIONS) -> MemoryBreakdown:
-    """Peak memory of the worst pipeline stage (cheap: no topology, O(pp + layers))."""
+                    options: CostOptions | None = None) -> MemoryBreakdown:
+    """Peak memory of the worst pipeline stage (cheap: no topology, O(pp + layers)); options
+    None: the job's own on its stack (stack_options.job_options)."""
+    if options is None:
+        options = job_options(job)
     framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
         layout, model.moe is not None)
     best: tuple[float, int, _StageMemory] | None = None

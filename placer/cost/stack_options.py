@@ -4,10 +4,11 @@ stack's defaults, else placer's generic defaults (``CostOptions()``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.spec.job import Job
-from placer.spec.stack import Stack
+from placer.spec.stack import Stack, load_stack
 
 
 def options_for(job: Job, stack: Stack | None,
@@ -38,14 +39,7 @@ def options_for(job: Job, stack: Stack | None,
     return replace(base, **updates) if updates else base  # type: ignore[arg-type]
 
 
-def job_on_stack(job: Job, stack: Stack | None) -> Job:
-    """The job with the stack's gradient-reduction dtype where the job does not say one (the
-    optimizer's gradient bytes follow it, placer.spec.runtime)."""
-    if stack is None or job.runtime.grad_reduce_dtype is not None:
-        return job
-    if stack.defaults.grad_reduce_dtype == "fp32":
-        return job
-    document = job.model_dump()
-    document["runtime"]["grad_reduce_dtype"] = stack.defaults.grad_reduce_dtype
-    document["optimizer"].pop("grad_bytes", None)
-    return Job.model_validate(document)
+@lru_cache(maxsize=256)
+def job_options(job: Job) -> CostOptions:
+    """The cost options of ``job`` on its own stack (``Job.stack``; none: generic defaults)."""
+    return options_for(job, load_stack(job.stack) if job.stack is not None else None)

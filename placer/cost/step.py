@@ -35,6 +35,7 @@ from placer.cost.memory import memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
 from placer.cost.profile import Calibration, calibration_for
+from placer.cost.stack_options import job_options
 from placer.dims import DEFAULT_ORDER, PART_GROUP, PART_ORDER, PRICED_GROUPS, Group, Part
 from placer.errors import InputError
 from placer.spec.cluster import Cluster
@@ -144,7 +145,7 @@ class _StageTime:
 def estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
              order: Sequence[str] = DEFAULT_ORDER, placement: Sequence[int] | None = None,
              profile: LinkProfile | None = None,
-             options: CostOptions = DEFAULT_OPTIONS,
+             options: CostOptions | None = None,
              groups: Mapping[str, list[int]] | None = None) -> Estimate:
     """Predicted step time, throughput, memory and breakdown of one layout and placement.
 
@@ -152,8 +153,11 @@ def estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     i to GPU slot ``placement[i]`` (None: slot i); ``groups`` names the group priced per
     dimension (default: the one holding index 0; see ``groups.worst_placed_groups``). The
     layout is assumed valid for the job (``placer.spec.validate_layout``).
-    ``options`` says how the framework runs it (flash attention, overlaps, MoE imbalance).
+    ``options`` says how the framework runs it (flash attention, overlaps, MoE imbalance);
+    None: the job's runtime settings on its stack (``stack_options.job_options``).
     """
+    if options is None:
+        options = job_options(job)
     if layout.num_gpus > cluster.num_gpus:
         raise InputError("layout", layout.compact(),
                          f"needs {layout.num_gpus} GPUs but the cluster has {cluster.num_gpus}")

@@ -51,6 +51,7 @@ class JobKnobs:
     memory_headroom_gib: float | None = None
     optimizer: str | None = None
     allow_tp_outside_nvlink: bool | None = None
+    stack: str | None = None
 
 
 NO_KNOBS = JobKnobs()
@@ -125,6 +126,8 @@ def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
         fields["optimizer"] = Optimizer.named(knobs.optimizer)
     if knobs.allow_tp_outside_nvlink is not None:
         fields["allow_tp_outside_nvlink"] = knobs.allow_tp_outside_nvlink
+    if knobs.stack is not None:
+        fields["stack"] = knobs.stack
     if knobs.memory_headroom_gib is not None:
         fields["memory_headroom"] = headroom_fraction(knobs.memory_headroom_gib,
                                                       gpu_capacity_bytes)

@@ -15,8 +15,15 @@ from functools import cache
 
 from placer.dims import LAYOUT_DIMS
 from placer.spec.job import Job
-from placer.spec.layout import Layout, layout_problem, sp_allowed, zero_allowed
+from placer.spec.layout import (
+    RECOMPUTE_CHOICES,
+    Layout,
+    layout_problem,
+    sp_allowed,
+    zero_allowed,
+)
 from placer.spec.model import Model
+from placer.spec.stack import load_stack
 
 MBS_CAP = 16
 """Largest micro-batch tried, in sequences. Published large runs use 1-16 (Megatron SC'21 Table 1
@@ -30,7 +37,10 @@ DP_CHOICES_IRREGULAR = 2
 """On clusters that cannot use every healthy GPU, how many of the largest valid DP degrees are
 kept per (tp, pp, cp, ep, etp): fewer data-parallel replicas than that means idle nodes."""
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODES = RECOMPUTE_CHOICES
+"""Every recompute mode, least recomputation first (the order ties and constraints use)."""
+SEARCHED_RECOMPUTE = ("none", "selective", "full")
+"""Modes searched without a stack; with one, those the stack offers (torchtitan: op-level)."""
 ZERO_STAGES = (0, 1, 2, 3)
 DEGREE_KEYS = LAYOUT_DIMS
 
@@ -181,10 +191,17 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
         vpp_by_mbs.append(_allowed(job, "vpp", list(vpps), int))
     zero = list(ZERO_STAGES) if zero_allowed(degrees.dp, degrees.cp) else [0]
     sp = [False, True] if sp_allowed(degrees.tp, job.seq_len) else [False]
+    recompute = list(SEARCHED_RECOMPUTE)
+    if job.stack is not None:  # only what the stack runs (placer.spec.stack)
+        stack = load_stack(job.stack)
+        zero = [z for z in zero if z in stack.zero_stages]
+        recompute = [r for r in RECOMPUTE_MODES if r in stack.recompute]
+        if "sequence_parallel" not in stack.layout_fields:
+            sp = [False]
     return KnobOptions(
         mbs=mbs_ok, vpp_by_mbs=tuple(vpp_by_mbs),
-        zero=_allowed(job, "zero", list(zero), int),
-        recompute=_allowed(job, "recompute", list(RECOMPUTE_MODES), str),
+        zero=_allowed(job, "zero", zero, int),
+        recompute=_allowed(job, "recompute", recompute, str),
         sp=_allowed(job, "sp", list(sp), lambda v: "on" if v else "off"))
 
 

@@ -16,7 +16,7 @@ from placer.spec.text import decimal
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp")
-RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODES = ("none", "selective", "op", "full")
 _OPERATORS: dict[str, Callable[[object, object], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq,
     "=": operator.eq, "<": operator.lt, ">": operator.gt,
@@ -144,6 +144,21 @@ class Job(Spec):
     runtime: Runtime = Field(
         default_factory=Runtime, description="overlaps, MoE dispatch and precision recipe; unset "
         "fields take the stack's defaults")
+    stack: str | None = Field(
+        default=None, min_length=1, max_length=400,
+        description="training stack preset (megatron-core@0.20, torchtitan@0.2, deepspeed@0.19, "
+        "nemo-automodel@0.5; see 'placer presets') or stack file: the layouts it can run and its "
+        "defaults")
+
+    @field_validator("stack")
+    @classmethod
+    def _known_stack(cls, value: str | None) -> str | None:
+        """The stack must load (a preset name or file); stored as given."""
+        if value is not None:
+            from placer.spec.stack import load_stack
+
+            load_stack(value)
+        return value
 
     @model_validator(mode="before")
     @classmethod

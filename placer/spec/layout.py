@@ -399,6 +399,10 @@ def layout_problem(layout: Layout, model: Model, job: Job, num_gpus: int) -> tup
         value = _constraint_subject(layout, constraint.key)
         if not constraint.allows(value):
             return (f"layout.{constraint.key}", value, f"the job requires {constraint}")
+    if job.stack is not None:
+        from placer.spec.stack import load_stack, stack_problem  # the stack refers to Layout
+
+        return stack_problem(layout, load_stack(job.stack))
     return None
 
 

@@ -222,8 +222,10 @@ def stack_names() -> list[str]:
     return list(_stack_files())
 
 
+@cache
 def load_stack(ref: str) -> Stack:
-    """A preset (``megatron-core@0.20``, or ``megatron-core`` for its newest preset) or a file."""
+    """A preset (``megatron-core@0.20``, or ``megatron-core`` for its newest preset) or a file
+    (cached: the solver asks once per layout)."""
     from placer.spec.presets import load_yaml, read_document, validated
 
     names = stack_names()
