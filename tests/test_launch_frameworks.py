@@ -129,6 +129,9 @@ def _check_keys(doc: dict[str, Any], spec: dict[str, Any], where: str) -> None:
             assert value in kind, f"{where}.{key} = {value!r} not in {kind}"
         elif kind == "list[str]":
             assert isinstance(value, list) and all(isinstance(v, str) for v in value), where
+        elif kind == "list[list[str]]":
+            assert isinstance(value, list) and all(
+                isinstance(c, list) and all(isinstance(v, str) for v in c) for c in value), where
         else:
             expected = {"int": int, "str": str, "bool": bool, "float": (int, float)}[kind]
             assert isinstance(value, expected), f"{where}.{key} = {value!r} is not {kind}"
@@ -185,15 +188,19 @@ def test_torchtitan_moe_keys() -> None:
 
 
 @pytest.mark.parametrize("p", [plan_2x2_tp_intra(), plan_2x4_moe_remapped(),
-                               _plan(Layout(tp=4, pp=2, dp=2, micro_batch_size=2, zero_stage=3))])
+                               _plan(Layout(tp=4, pp=2, dp=2, micro_batch_size=2, zero_stage=1)),
+                               _plan(Layout(dp=16, micro_batch_size=2, zero_stage=3))])
 def test_deepspeed_json(p: Plan) -> None:
     doc = json.loads(_files(p)["deepspeed.json"])
     _check_keys(doc, KEYS["deepspeed"]["keys"], "deepspeed")
     layout = p.candidates[0].layout
     # DeepSpeed asserts train_batch_size == micro x accumulation x data-parallel size (7.1).
-    assert doc["train_batch_size"] == (doc["train_micro_batch_size_per_gpu"]
-                                       * doc["gradient_accumulation_steps"] * layout.dp)
-    assert doc["train_batch_size"] == p.job.global_batch_size
+    assert (doc["train_micro_batch_size_per_gpu"] * doc["gradient_accumulation_steps"]
+            * layout.dp) == p.job.global_batch_size
+    # It reads the data-parallel size from the mpu, or the whole world without one: a stated
+    # train_batch_size fails a plain deepspeed.initialize unless dp is the world.
+    assert ("train_batch_size" in doc) == (layout.dp == layout.num_gpus)
+    assert doc.get("train_batch_size", p.job.global_batch_size) == p.job.global_batch_size
     assert doc["zero_optimization"]["stage"] == layout.zero_stage
     assert doc["bf16"] == {"enabled": True}
 
@@ -205,31 +212,36 @@ def _uneven(stages: list[int], vpp: int = 1) -> Plan:
 
 
 @pytest.mark.parametrize(
-    ("stages", "flags", "split_points"),
+    ("stages", "flags"),
     [
         ([14, 18], {"decoder_first_pipeline_num_layers": 14,
-                    "decoder_last_pipeline_num_layers": 18}, ["layers.14"]),
+                    "decoder_last_pipeline_num_layers": 18}),
         ([6, 9, 9, 8], {"decoder_first_pipeline_num_layers": 6,
-                        "decoder_last_pipeline_num_layers": 8}, ["layers.6", "layers.15",
-                                                                 "layers.24"]),
+                        "decoder_last_pipeline_num_layers": 8}),
         ([9, 9, 9, 5], {"decoder_first_pipeline_num_layers": None,
-                        "decoder_last_pipeline_num_layers": 5}, ["layers.9", "layers.18",
-                                                                 "layers.27"]),
+                        "decoder_last_pipeline_num_layers": 5}),
         ([6, 10, 8, 8], {"pipeline_model_parallel_layout":
-                         "E" + "t" * 6 + "|" + "t" * 10 + "|" + "t" * 8 + "|" + "t" * 8 + "L"},
-         ["layers.6", "layers.16", "layers.24"]),
+                         "E" + "t" * 6 + "|" + "t" * 10 + "|" + "t" * 8 + "|" + "t" * 8 + "L"}),
         ([8, 8, 8, 8], {"decoder_first_pipeline_num_layers": None,
-                        "pipeline_model_parallel_layout": None}, None),
+                        "pipeline_model_parallel_layout": None}),
     ],
 )  # fmt: skip
-def test_uneven_pipeline_split(tmp_path: Path, stages: list[int], flags: dict[str, Any],
-                               split_points: list[str] | None) -> None:
+def test_uneven_pipeline_split(tmp_path: Path, stages: list[int], flags: dict[str, Any]) -> None:
     p = _uneven(stages)
     args, _ = _megatron(p, tmp_path)
     for name, value in flags.items():
         assert getattr(args, name) == value, name
     doc, _ = _titan(p)
-    assert doc["parallelism"].get("pipeline_parallel_split_points") == split_points
+    chunks = doc["parallelism"].get("module_fqns_per_model_part")
+    if len(set(stages)) == 1:
+        assert chunks is None  # torchtitan's own even split
+    else:
+        # One chunk per stage holding exactly its layers; embedding first, norm and head last.
+        assert [sum(m.startswith("layers.") for m in c) for c in chunks] == stages
+        assert chunks[0][0] == "tok_embeddings" and chunks[-1][-2:] == ["norm", "output"]
+        layers = [m for c in chunks for m in c if m.startswith("layers.")]
+        assert layers == [f"layers.{i}" for i in range(sum(stages))]
+    assert "pipeline_parallel_split_points" not in doc["parallelism"]  # 0.2.x refuses it
 
 
 def test_uneven_split_with_virtual_stages_is_left_to_the_user(tmp_path: Path) -> None:
@@ -248,6 +260,8 @@ def test_bad_stage_layers_are_rejected() -> None:
         launch_files(p.model_copy(update={"candidates": [bad]}))
 
 
-def test_readme_carries_deepspeed_pipeline_caveat() -> None:
-    readme = _files(_plan(Layout(tp=4, pp=2, dp=2, zero_stage=3)))["README.md"]
-    assert "supports ZeRO stage 0 or 1 only" in readme
+def test_deepspeed_pipeline_zero3_is_refused_with_the_reason() -> None:
+    files = _files(_plan(Layout(tp=4, pp=2, dp=2, zero_stage=3)))
+    assert "deepspeed.json" not in files
+    assert ("deepspeed.json not written: DeepSpeed 0.19 pipeline engine supports ZeRO stage 0 "
+            "or 1 only") in files["README.md"]

@@ -26,7 +26,7 @@ from helpers_launch import (
 
 from placer.cli.launch_command import load_plan
 from placer.errors import InputError, PlacerError
-from placer.launch import launch_files, write_launch_files
+from placer.launch import launch_bundle, launch_files, write_launch_files
 from placer.launch.scripts import kubernetes_name
 from placer.spec import Layout, Plan
 from placer.spec.presets import cluster_names, cluster_preset, model_preset
@@ -97,7 +97,10 @@ def test_every_example_plan_gets_every_file(tmp_path: Path, plan_path: Path) -> 
     for index in range(len(p.candidates)):
         folder = tmp_path / f"candidate{index}"
         written = write_launch_files(p, index, folder)
-        assert len(written) == 10 and all(path.stat().st_size > 0 for path in written)
+        _, refused = launch_bundle(p, index)
+        # Every file, less the framework files a version refuses (each named with its reason).
+        assert len(written) + len(refused) == 11 and all(r.reason for r in refused)
+        assert all(path.stat().st_size > 0 for path in written)
         if SHELLCHECK is not None:
             done = subprocess.run([SHELLCHECK, "-x", *SHELL_FILES], cwd=folder,
                                   capture_output=True, text=True, timeout=120, check=False)

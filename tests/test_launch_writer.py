@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from helpers_launch import as_json, plan_2x2_tp_intra, plan_2x4_moe_remapped
 
-import placer.launch.writer as writer
+import placer.io as writer
 from placer.errors import PlacerError
 from placer.launch import write_launch_files
 
 EXPECTED = ["rankmap.json", "placer_mesh.py", "env.sh", "launch.sh", "job.sbatch",
-            "pytorchjob.yaml", "megatron_args.sh", "torchtitan.toml", "deepspeed.json",
+            "pytorchjob.yaml", "megatron_args.sh", "torchtitan.toml", "torchtitan_config.py",
+            "deepspeed.json",
             "README.md"]
 
 
@@ -96,7 +97,8 @@ def test_cli_launch_writes_files_and_refuses_overwrite(tmp_path: Path) -> None:
     done = _placer("launch", str(plan_file), "--out", "out", "--script", "pretrain.py",
                    "--master-port", "29600", "--debug", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "wrote 10 files to out" in done.stdout
+    assert ("wrote 11 files to out (framework versions: megatron 0.16, torchtitan 0.3, "
+            in done.stdout)
     launch = (tmp_path / "out" / "launch.sh").read_text()
     assert "script=${PLACER_SCRIPT:-pretrain.py}" in launch
     assert "master_port=${MASTER_PORT:-29600}" in launch

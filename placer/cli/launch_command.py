@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from placer.dialects import TARGETS, resolve_versions
 from placer.errors import PlacerError
-from placer.launch import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT, write_launch_files
+from placer.launch import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT, launch_bundle, write_files
 from placer.spec import Plan
 from placer.spec.presets import read_document, validated
 
@@ -31,16 +32,27 @@ def load_plan(path: Path) -> Plan:
               type=click.IntRange(1, 65535), help="rendezvous port on node 0")
 @click.option("--debug", is_flag=True, help="add NCCL/torch debugging variables to env.sh")
 @click.option("--force", is_flag=True, help="replace files that already exist in --out")
+@click.option("--framework-version", "framework_versions", multiple=True, metavar="TARGET=VER",
+              help="framework release to write for, repeatable: "
+              + ", ".join(f"{t.name} ({'/'.join(t.series)}; default {t.default})"
+                          for t in TARGETS.values()))
 def launch_command(plan_path: Path, out_dir: Path, candidate: int, script: str,
-                   master_port: int, debug: bool, force: bool) -> None:
+                   master_port: int, debug: bool, force: bool,
+                   framework_versions: tuple[str, ...]) -> None:
     """Write rankmap.json, placer_mesh.py, env.sh, launch.sh, job.sbatch, pytorchjob.yaml and
     Megatron/torchtitan/DeepSpeed configs for one candidate of PLAN.json."""
     plan = load_plan(plan_path)
-    written = write_launch_files(plan, candidate, out_dir, script=script,
-                                 master_port=master_port, debug=debug, force=force)
-    click.echo(f"wrote {len(written)} files to {out_dir}:")
+    files, refused = launch_bundle(plan, candidate, script=script, master_port=master_port,
+                                   debug=debug, framework_versions=framework_versions)
+    written = write_files(out_dir, files, force=force)
+    versions = resolve_versions(framework_versions)
+    click.echo(f"wrote {len(written)} files to {out_dir} (framework versions: "
+               + ", ".join(f"{name} {series}" for name, series in versions.items())
+               + "; --framework-version TARGET=VERSION picks others):")
     for path in written:
         click.echo(f"  {path.name}")
+    for refusal in refused:
+        click.echo(f"warning: {refusal.line()}", err=True)
 
 
 COMMANDS = [launch_command]

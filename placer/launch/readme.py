@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from placer.launch.frameworks import deepspeed_notes, megatron_fit, torchtitan_fit
+from placer.dialects import TARGETS, Refusal, deepspeed, megatron, torchtitan
 from placer.launch.rankmap import Placement
 from placer.launch.scripts import placement_comment
 
+# What each framework file is, for the README's table.
+_FRAMEWORK_ROWS = {
+    megatron.FILE: "Megatron-LM flags (`source` it, pass `\"${MEGATRON_ARGS[@]}\"`)",
+    torchtitan.TOML_FILE: "torchtitan `[parallelism]`, `[training]` and "
+                          "`[activation_checkpoint]` settings (TOML releases)",
+    torchtitan.PY_FILE: "torchtitan Python config: `--module torchtitan_config --config "
+                        "placer_job`",
+    deepspeed.FILE: "DeepSpeed ZeRO and batch settings",
+}
 
-def render_readme(placement: Placement, script: str, debug: bool) -> str:
+
+def render_readme(placement: Placement, script: str, debug: bool,
+                  versions: dict[str, str] | None = None, written: list[str] | None = None,
+                  refused: list[Refusal] | None = None) -> str:
+    versions = versions or {name: t.default for name, t in TARGETS.items()}
+    written = list(_FRAMEWORK_ROWS) if written is None else written
     plan, layout = placement.plan, placement.layout
     candidate = placement.candidate
     lines = [
@@ -29,10 +43,7 @@ def render_readme(placement: Placement, script: str, debug: bool) -> str:
         "| `rankmap.json` | every rank's node, local rank, GPU, coordinates and groups |",
         "| `placer_mesh.py` | `import placer_mesh; pm = placer_mesh.setup()` in the training "
         "script: checks the launch, sets the device, builds the DeviceMesh and groups |",
-        "| `megatron_args.sh` | Megatron-LM flags (`source` it, pass `\"${MEGATRON_ARGS[@]}\"`) |",
-        "| `torchtitan.toml` | torchtitan `[parallelism]`, `[training]` and "
-        "`[activation_checkpoint]` settings |",
-        "| `deepspeed.json` | DeepSpeed ZeRO and batch settings |",
+        *(f"| `{name}` | {_FRAMEWORK_ROWS[name]} |" for name in written),
         "",
         f"The training script defaults to `{script}` (override with `PLACER_SCRIPT`). "
         "Dry run without GPUs: `PLACER_BACKEND=gloo` makes launch.sh hide the GPUs so the "
@@ -44,9 +55,14 @@ def render_readme(placement: Placement, script: str, debug: bool) -> str:
         "",
         "## Frameworks",
         "",
-        f"- Megatron-LM: {megatron_fit(placement).explanation}",
-        f"- torchtitan: {torchtitan_fit(placement).explanation}",
-        *(f"- DeepSpeed: {note}" for note in deepspeed_notes(placement)),
+        "Framework versions written for (`--framework-version TARGET=VERSION` picks others): "
+        + ", ".join(f"{TARGETS[name].label} {series}" for name, series in versions.items())
+        + " (defaults: " + ", ".join(f"{t.name}={t.default}" for t in TARGETS.values()) + ").",
+        "",
+        f"- Megatron-LM: {megatron.fit(placement).explanation}",
+        f"- torchtitan: {torchtitan.fit(placement).explanation}",
+        *(f"- DeepSpeed: {note}" for note in deepspeed.notes(placement)),
+        *(f"- {refusal.line()}" for refusal in refused or []),
         "",
     ]
     return "\n".join(lines)

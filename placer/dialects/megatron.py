@@ -1,0 +1,174 @@
+"""Megatron-LM's command line: the flags placer writes and reads, and the rules of each release.
+
+Flag names are those of Megatron-LM's ``megatron/training/arguments.py`` (conventions.md 6.2).
+The megatron-core wheel holds ``megatron/core`` only, not ``training/arguments.py``, so the
+argument rules placer relies on are written here as placer's own version rules, each citing the
+line of ``arguments.py`` it was read from (NVIDIA/Megatron-LM tags ``core_v0.13.1`` ea651a3,
+``core_v0.14.0`` 23e00ed, ``core_v0.15.3`` 309ffca, ``core_v0.16.1`` 55ac708).
+"""
+
+from __future__ import annotations
+
+from placer.dialects.base import (
+    OrderFit,
+    Placed,
+    RankOrder,
+    Refusal,
+    Target,
+    order_fit,
+    version_key,
+)
+
+TARGET = Target("megatron", "Megatron-LM", ("0.13", "0.14", "0.15", "0.16"), "0.16",
+                "megatron-core")
+FILE = "megatron_args.sh"
+
+# Megatron's two rank orders (megatron/training/initialize.py passes order='tp-cp-ep-dp-pp', or
+# 'tp-cp-ep-pp-dp' with --use-tp-pp-dp-mapping; conventions.md 6.1).
+TP_PP_DP_FLAG = "--use-tp-pp-dp-mapping"
+ORDERS = (RankOrder("tp-cp-ep-dp-pp"), RankOrder("tp-cp-ep-pp-dp", TP_PP_DP_FLAG))
+
+# Names the readers need: flag (without --) -> setting key.
+INT_FLAGS = {
+    "tensor-model-parallel-size": "tp",
+    "pipeline-model-parallel-size": "pp",
+    "context-parallel-size": "cp",
+    "expert-model-parallel-size": "ep",
+    "expert-tensor-parallel-size": "etp",
+    "num-virtual-stages-per-pipeline-rank": "vpp",
+    "virtual-pipeline-model-parallel-size": "vpp",
+    "num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
+    "decoder-first-pipeline-num-layers": "first_stage_layers",
+    "decoder-last-pipeline-num-layers": "last_stage_layers",
+    "micro-batch-size": "micro_batch_size",
+    "global-batch-size": "global_batch_size",
+    "seq-length": "seq_len",
+    "num-layers": "num_layers",
+    "hidden-size": "hidden_size",
+    "num-attention-heads": "num_attention_heads",
+    "ffn-hidden-size": "ffn_hidden_size",
+    "num-query-groups": "num_query_groups",
+    "kv-channels": "head_dim",
+    "num-experts": "num_experts",
+    "moe-router-topk": "moe_topk",
+    "moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "moe-shared-expert-intermediate-size": "shared_expert_ffn_hidden_size",
+    "padded-vocab-size": "padded_vocab_size",
+    "vocab-size": "vocab_size",
+    "max-position-embeddings": "max_position_embeddings",
+}
+CHOICE_FLAGS = {"recompute-granularity": "recompute",
+                "data-parallel-sharding-strategy": "sharding_strategy",
+                "ckpt-format": "ckpt_format"}
+BOOL_FLAGS = {
+    "sequence-parallel": "sequence_parallel",
+    TP_PP_DP_FLAG.removeprefix("--"): "tp_pp_dp_mapping",
+    "swiglu": "swiglu",
+    "group-query-attention": "group_query_attention",
+    "use-distributed-optimizer": "distributed_optimizer",
+    "use-torch-fsdp2": "fsdp",
+    "use-megatron-fsdp": "fsdp",
+    "untie-embeddings-and-output-weights": "untie",
+    "recompute-activations": "recompute_activations",
+}
+# Megatron's explicit per-stage layer layout (conventions.md 6.2, "Uneven PP").
+LAYOUT_FLAG = "pipeline-model-parallel-layout"
+# ZeRO stage each --data-parallel-sharding-strategy amounts to (conventions.md 6.2).
+SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+# Megatron-FSDP with full sharding (ZeRO-3) checkpoints only in this format: core_v0.14.0
+# arguments.py L638, core_v0.15.3 L718, core_v0.16.1 L690 ("Megatron FSDP only supports
+# fsdp_dtensor checkpoint format"); the format is a --ckpt-format choice from 0.14.0 on.
+FSDP_CKPT_FORMAT = "fsdp_dtensor"
+# --use-megatron-fsdp first appears in core_v0.14.0 (arguments.py L2425); 0.13 has only the
+# older --use-custom-fsdp (core_v0.13.1 L646).
+FSDP_SINCE = "0.14"
+
+
+def fit(placed: Placed) -> OrderFit:
+    return order_fit(placed, ORDERS, "Megatron-LM")
+
+
+def refusals(placed: Placed, version: str) -> list[Refusal]:
+    """What ``version`` rejects in this plan (an empty list: the flags run as written)."""
+    if placed.layout.zero_stage == 3 and version_key(version) < version_key(FSDP_SINCE):
+        return [Refusal(FILE, TARGET, version,
+                        "has no --use-megatron-fsdp for zero=3 (added in core_v0.14.0, "
+                        "arguments.py L2425); use --framework-version megatron=0.14 or newer, "
+                        "or a plan with zero <= 2")]
+    return []
+
+
+def args(placed: Placed) -> list[tuple[str, ...]]:
+    """Megatron-LM flags as (flag, value...) tuples, in a stable order (conventions.md 6.2)."""
+    layout, plan = placed.layout, placed.plan
+    out: list[tuple[str, ...]] = [
+        ("--tensor-model-parallel-size", str(layout.tp)),
+        ("--pipeline-model-parallel-size", str(layout.pp)),
+    ]
+    if layout.vpp > 1:
+        out.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
+    out += uneven_pp_args(placed)
+    out.append(("--context-parallel-size", str(layout.cp)))
+    if plan.model.moe is not None:
+        out += [("--num-experts", str(plan.model.moe.num_experts)),
+                ("--expert-model-parallel-size", str(layout.ep)),
+                ("--expert-tensor-parallel-size", str(layout.etp))]
+    if layout.sequence_parallel:
+        out.append(("--sequence-parallel",))
+    out += [("--micro-batch-size", str(layout.micro_batch_size)),
+            ("--global-batch-size", str(plan.job.global_batch_size)),
+            ("--seq-length", str(plan.job.seq_len))]
+    if layout.recompute == "selective":
+        out.append(("--recompute-granularity", "selective"))
+    elif layout.recompute == "full":
+        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                ("--recompute-num-layers", "1")]
+    if layout.zero_stage == 3:
+        # Megatron-FSDP with full sharding = ZeRO-3 (Megatron-Core FSDP user guide flags); it
+        # needs the fsdp_dtensor checkpoint format (FSDP_CKPT_FORMAT).
+        out += [("--use-megatron-fsdp",),
+                ("--data-parallel-sharding-strategy", "optim_grads_params"),
+                ("--ckpt-format", FSDP_CKPT_FORMAT),
+                ("--no-gradient-accumulation-fusion",), ("--use-distributed-optimizer",)]
+    elif layout.zero_stage >= 1:
+        out.append(("--use-distributed-optimizer",))
+    out.append(("--bf16",))
+    if plan.job.precision == "fp8":
+        out.append(("--fp8-format", "hybrid"))
+    flag = fit(placed).flag
+    if flag:
+        out.append((flag,))
+    return out
+
+
+def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
+    """Flags for the plan's uneven pipeline split (conventions.md 6.2, "Uneven PP").
+
+    First/last-stage counts when the middle stages are even; otherwise an explicit layout with
+    one ``|``-separated segment per stage (E = embedding, t = transformer layer, L = loss).
+    With virtual stages the split is not expressed (see ``uneven_note``).
+    """
+    stages = placed.candidate.stage_layers
+    if stages is None or len(set(stages)) == 1 or placed.layout.vpp > 1:
+        return []
+    middle = stages[1:-1]
+    if len(set(middle)) <= 1:
+        even = middle[0] if middle else None
+        flags: list[tuple[str, ...]] = []
+        if stages[0] != even:
+            flags.append(("--decoder-first-pipeline-num-layers", str(stages[0])))
+        if stages[-1] != even:
+            flags.append(("--decoder-last-pipeline-num-layers", str(stages[-1])))
+        return flags
+    return [("--" + LAYOUT_FLAG, "E" + "|".join("t" * n for n in stages) + "L")]
+
+
+def uneven_note(placed: Placed) -> str | None:
+    stages = placed.candidate.stage_layers
+    if stages is None or len(set(stages)) == 1:
+        return None
+    if placed.layout.vpp > 1:
+        return (f"The plan splits layers unevenly over pipeline stages ({stages}) and uses "
+                f"vpp={placed.layout.vpp}: give Megatron a --pipeline-model-parallel-layout "
+                "with one segment per virtual stage by hand.")
+    return f"Uneven pipeline split from the plan: {stages} layers per stage."

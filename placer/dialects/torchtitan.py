@@ -1,0 +1,255 @@
+"""torchtitan's job config: the TOML of releases 0.1-0.2 and the Python config of 0.3.
+
+Field names are torchtitan's ``JobConfig`` / ``ParallelismConfig`` dataclass fields
+(conventions.md 7.2). torchtitan's mesh is ``(pp, dp_replicate, dp_shard, cp, tp)`` outermost
+first, i.e. placer's order ``tp-cp-dp-pp`` with dp = dp_replicate x dp_shard.
+
+Version rules, read from the released packages (pytorch/torchtitan on PyPI):
+
+- 0.1.0 has no ``expert_parallel_degree`` field, so an ep > 1 plan cannot be written for it;
+  uneven stages are given as ``pipeline_parallel_split_points``.
+- 0.2.0-0.2.2 refuse ``pipeline_parallel_split_points`` (``Invalid field names``); stages are
+  given as ``module_fqns_per_model_part`` (one list of module names per model chunk, the last
+  chunk ending with ``norm``, ``output``) or as ``pipeline_parallel_layers_per_stage``.
+- 0.3.0 configs are Python (``--module M --config F`` loads ``F()`` from module ``M``); the
+  output projection is named ``lm_head`` (``_generate_llm_fqn_per_model_part``).
+- In every release ``pipeline_parallel_layers_per_stage`` counts the embedding and the output
+  as ``pipeline_parallel_first/last_stage_less_layers`` layers (default 1 each), so placer sets
+  both to 0 when it gives a per-stage layer count.
+- ``ParallelDims`` accepts expert tensor parallelism equal to tp or 1 only
+  (``"Currently we only support ETP=TP or ETP=1"``), and its sparse mesh
+  ``(pp, dp_replicate, efsdp, ep, etp)`` needs ep x etp to divide dp_shard x cp x tp.
+"""
+
+from __future__ import annotations
+
+import json
+
+from placer.dialects.base import (
+    OrderFit,
+    Placed,
+    RankOrder,
+    Refusal,
+    Target,
+    order_fit,
+    version_key,
+)
+
+TARGET = Target("torchtitan", "torchtitan", ("0.1", "0.2", "0.3"), "0.3", "torchtitan")
+TOML_FILE = "torchtitan.toml"
+PY_FILE = "torchtitan_config.py"
+# The newest release series whose configs are TOML; from 0.3 on they are Python.
+LAST_TOML = "0.2"
+ORDER = RankOrder("tp-cp-dp-pp")
+# [parallelism] degree key -> placer dimension, for readers.
+DEGREES = {
+    "tensor_parallel_degree": "tp",
+    "pipeline_parallel_degree": "pp",
+    "context_parallel_degree": "cp",
+    "expert_parallel_degree": "ep",
+    "expert_tensor_parallel_degree": "etp",
+}
+REPLICATE_KEY = "data_parallel_replicate_degree"
+SHARD_KEY = "data_parallel_shard_degree"
+RECOMPUTE_MODES = ("none", "selective", "full")
+# placer model preset -> torchtitan 0.3 config_registry function of the same architecture.
+BASE_CONFIGS = {
+    "llama3-8b": "torchtitan.models.llama3.config_registry:llama3_8b",
+    "llama3-70b": "torchtitan.models.llama3.config_registry:llama3_70b",
+    "llama3-405b": "torchtitan.models.llama3.config_registry:llama3_405b",
+    "deepseek-v3": "torchtitan.models.deepseek_v3.config_registry:deepseek_v3_671b",
+}
+
+
+def fit(placed: Placed) -> OrderFit:
+    return order_fit(placed, (ORDER,), "torchtitan")
+
+
+def toml_series(version: str) -> str:
+    """The release series the TOML file is written for (the newest TOML one from 0.3 on)."""
+    return version if version_key(version) <= version_key(LAST_TOML) else LAST_TOML
+
+
+def writes_python(version: str) -> bool:
+    return version_key(version) > version_key(LAST_TOML)
+
+
+def _output_name(version: str) -> str:
+    return "lm_head" if writes_python(version) else "output"
+
+
+def _shard_ep(placed: Placed) -> int:
+    layout = placed.layout
+    return (1 if layout.zero_stage == 0 else layout.dp) * layout.cp * layout.tp
+
+
+def refusals(placed: Placed, version: str, file: str) -> list[Refusal]:
+    """What torchtitan ``version`` rejects in this plan, for the file written for it."""
+    layout = placed.layout
+    out: list[str] = []
+    if layout.ep > 1 and version_key(version) < version_key("0.2"):
+        out.append("has no expert_parallel_degree (added in 0.2.0); use torchtitan 0.2 or newer")
+    if layout.ep > 1 and layout.etp not in (1, layout.tp):
+        out.append(f"supports expert tensor parallelism equal to tp or 1 only (ParallelDims: "
+                   f"'Currently we only support ETP=TP or ETP=1'); the plan has etp={layout.etp}"
+                   f" with tp={layout.tp}")
+    shard = _shard_ep(placed)
+    if layout.ep > 1 and shard % (layout.ep * (layout.etp if layout.etp == layout.tp else 1)):
+        out.append(f"needs ep x etp to divide data_parallel_shard x cp x tp = {shard} (its "
+                   "expert mesh pp, dp_replicate, efsdp, ep, etp); use zero >= 1 (FSDP) so "
+                   "dp shards")
+    return [Refusal(file, TARGET, version, reason) for reason in out]
+
+
+def stage_chunks(placed: Placed, version: str) -> list[list[str]] | None:
+    """Module names of each model chunk when the plan's split is uneven; None when even.
+
+    With virtual stages, rank r holds chunks r, r + pp, ... (torchtitan's looped schedules), and
+    placer's per-rank layer count is spread evenly over its chunks.
+    """
+    layout = placed.layout
+    stages = placed.candidate.stage_layers
+    if stages is None or len(set(stages)) == 1:
+        return None
+    chunk_layers: list[int] = []
+    for virtual in range(layout.vpp):
+        for rank_layers in stages:
+            base, extra = divmod(rank_layers, layout.vpp)
+            chunk_layers.append(base + (1 if virtual < extra else 0))
+    chunks, start = [], 0
+    for count in chunk_layers:
+        chunks.append([f"layers.{i}" for i in range(start, start + count)])
+        start += count
+    chunks[0].insert(0, "tok_embeddings")
+    chunks[-1] += ["norm", _output_name(version)]
+    return chunks
+
+
+def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
+    """torchtitan sections and keys for ``version`` (conventions.md 7.2)."""
+    layout, job = placed.layout, placed.plan.job
+    if layout.zero_stage == 0:
+        replicate, shard, reshard = layout.dp, 1, "default"
+    else:
+        replicate, shard = 1, layout.dp
+        # torchtitan has no ZeRO-1/2; FSDP that keeps parameters gathered after forward
+        # communicates like ZeRO-2 (no re-gather in backward).
+        reshard = "default" if layout.zero_stage == 3 else "never"
+    parallelism: dict[str, object] = {
+        REPLICATE_KEY: replicate,
+        SHARD_KEY: shard,
+        "fsdp_reshard_after_forward": reshard,
+        "tensor_parallel_degree": layout.tp,
+        "pipeline_parallel_degree": layout.pp,
+        "context_parallel_degree": layout.cp,
+    }
+    if version_key(version) >= version_key("0.2"):
+        parallelism["expert_parallel_degree"] = layout.ep
+        if placed.plan.model.moe is not None:
+            parallelism["expert_tensor_parallel_degree"] = layout.etp
+    training: dict[str, object] = {"global_batch_size": job.global_batch_size,
+                                   "seq_len": job.seq_len}
+    if layout.pp > 1:
+        # One pipeline schedule runs all microbatches of the step: the local batch is the
+        # per-DP-rank share of the global batch, split into microbatches of mbs.
+        training["local_batch_size"] = job.global_batch_size // layout.dp
+        parallelism["pipeline_parallel_microbatch_size"] = layout.micro_batch_size
+        parallelism["pipeline_parallel_schedule"] = ("Interleaved1F1B" if layout.vpp > 1
+                                                     else "1F1B")
+        parallelism.update(_stages(placed, version))
+    else:
+        training["local_batch_size"] = layout.micro_batch_size
+    checkpoint: dict[str, object] = {"mode": layout.recompute}
+    if layout.recompute == "selective":
+        checkpoint["selective_ac_option"] = "op"
+    return {
+        "job": {"description": f"{job.name} ({layout})"},
+        "training": dict(sorted(training.items())),
+        "parallelism": parallelism,
+        "activation_checkpoint": checkpoint,
+    }
+
+
+def _stages(placed: Placed, version: str) -> dict[str, object]:
+    """How the model is cut into pipeline chunks, in the form ``version`` accepts."""
+    layout = placed.layout
+    stages = placed.candidate.stage_layers
+    chunks = stage_chunks(placed, version)
+    if chunks is None:
+        layers = stages[0] if stages else placed.plan.model.num_layers // layout.pp
+        if layout.vpp == 1:
+            return {}  # torchtitan's default split of a single-stage schedule is even
+        # Embedding and output count as no layers, so layers / per-stage = pp x vpp chunks.
+        return {"pipeline_parallel_layers_per_stage": layers // layout.vpp,
+                "pipeline_parallel_first_stage_less_layers": 0,
+                "pipeline_parallel_last_stage_less_layers": 0}
+    if version_key(version) < version_key("0.2"):
+        # 0.1: each split point names the first layer module of the next chunk.
+        return {"pipeline_parallel_split_points": [c[0] for c in chunks[1:]
+                                                   if c[0].startswith("layers.")]}
+    return {"module_fqns_per_model_part": chunks}
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def render_toml(placed: Placed, version: str, notes: list[str]) -> str:
+    lines = [f"# {note}" if note else "#" for note in notes]
+    for section, keys in config(placed, version).items():
+        lines += ["", f"[{section}]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _py(value: object) -> str:
+    return json.dumps(value) if not isinstance(value, bool) else repr(value)
+
+
+def render_python(placed: Placed, version: str, notes: list[str]) -> str:
+    """A torchtitan 0.3 config module: ``placer_job()`` = a base config + placer's settings."""
+    sections = config(placed, version)
+    base = BASE_CONFIGS.get(placed.plan.model.name)
+    ac = sections["activation_checkpoint"]["mode"]
+    ac_class = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[str(ac)]
+    doc = [f'"""{notes[0]}' if notes else '"""', *notes[1:], '"""']
+    lines = [
+        *doc,
+        "",
+        "import importlib",
+        "import os",
+        "",
+        "# Model, data, optimizer and checkpointing come from this torchtitan config function",
+        "# (module:function); PLACER_TORCHTITAN_BASE overrides it.",
+        f"BASE = {_py(base)}",
+        "",
+        "",
+        "def placer_job():",
+        '    """The base config with the plan\'s parallelism, batch and recomputation."""',
+        '    base = os.environ.get("PLACER_TORCHTITAN_BASE", BASE)',
+        "    if not base:",
+        "        raise SystemExit(\"torchtitan_config.py: set PLACER_TORCHTITAN_BASE to the "
+        "torchtitan config function of your model (module:function)\")",
+        '    module, _, name = base.partition(":")',
+        "    return apply(getattr(importlib.import_module(module), name)())",
+        "",
+        "",
+        "def apply(config):",
+        '    """Set the plan\'s settings on a torchtitan Trainer.Config and return it."""',
+    ]
+    if ac_class:
+        lines.append(f"    from torchtitan.distributed.activation_checkpoint import {ac_class}")
+        lines.append("")
+    for section in ("parallelism", "training"):
+        for key, value in sections[section].items():
+            lines.append(f"    config.{section}.{key} = {_py(value)}")
+    lines.append("    config.activation_checkpoint = "
+                 + (f"{ac_class}.Config()" if ac_class else "None"))
+    lines.append("    return config")
+    return "\n".join(lines) + "\n"
