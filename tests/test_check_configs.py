@@ -17,8 +17,8 @@ from placer.errors import PlacerError
 def test_torchtitan_degrees_order_and_model() -> None:
     parsed = read_config(DATA / "torchtitan_llama3_70b.toml")
     assert parsed.kind == "torchtitan" and parsed.order == ("tp", "cp", "dp", "pp")
-    assert parsed.settings["tp"] == 8 and "dp" not in parsed.settings  # shard = -1: derived
-    assert parsed.settings["zero_stage"] == 3 and parsed.settings["recompute"] == "full"
+    assert parsed.settings.tp == 8 and parsed.settings.dp is None  # shard = -1: derived
+    assert parsed.settings.zero_stage == 3 and parsed.settings.recompute == "full"
     assert parsed.model_ref == "llama3-70b" and parsed.seq_len == 8192
     assert parsed.lines["tp"] == line_of(DATA / "torchtitan_llama3_70b.toml",
                                          "tensor_parallel_degree")

@@ -9,7 +9,6 @@ from helpers_check import DATA, line_of, only, rule_ids, run_check
 
 from placer.check import read_config
 from placer.check.parse_megatron import parse_megatron
-from placer.check.shell import expand, tokens
 from placer.errors import PlacerError
 
 
@@ -20,41 +19,11 @@ def parse(text: str, name: str = "train.sh"):
 # ----- the bash subset ------------------------------------------------------------------------
 
 
-def test_tokens_follow_variables_arrays_continuations_and_comments() -> None:
-    script = (
-        "#!/bin/bash\n"
-        "export NNODES=${NNODES:-2}\n"
-        "GPUS_PER_NODE=8\n"
-        "WORLD_SIZE=$(($GPUS_PER_NODE*NNODES))\n"
-        "ARGS=( --tensor-model-parallel-size ${TP:-4}  # inline comment\n"
-        "  --context-parallel-size=$CP \\\n"
-        '  --data-path "$(ls /data)" )\n'
-    )
-    words = [(t.text, t.line, t.expand()) for t in tokens(script)]
-    assert ("--tensor-model-parallel-size", 5, "--tensor-model-parallel-size") in words
-    assert ("${TP:-4}", 5, "4") in words
-    assert ("--context-parallel-size=$CP", 6, None) in words  # CP never defined
-    assert ("$(ls /data)", 7, None) in words  # command substitution is not run
-    last = dict(list(tokens(script))[-1].variables)
-    assert last["NNODES"] == "2" and last["WORLD_SIZE"] == "16"
-    assert not any(t.text.startswith("#") or t.text == "inline" for t in tokens(script))
-
-
-def test_expand_follows_bash_defaults_and_arithmetic() -> None:
-    variables = {"A": "8", "B": "2", "EMPTY": ""}
-    assert expand("${A}x$B", variables) == "8x2"
-    assert expand("${EMPTY:-3}", variables) == "3"
-    assert expand("${EMPTY-3}", variables) == ""
-    assert expand("$((A*B + 1))", variables) == "17"
-    assert expand("$((A/3))", variables) == "2"
-    assert expand("$UNSET", variables) is None
-    assert expand("$((A*UNSET))", variables) is None
-    assert expand("$((__import__('os')))", variables) is None
-
-
 def test_variables_are_read_in_script_order() -> None:
-    parsed = parse("TP=2\nA=(--tensor-model-parallel-size $TP)\nTP=8\n")
-    assert parsed.settings["tp"] == 2
+    parsed = parse("TP=2\nA=(--tensor-model-parallel-size $TP)\nTP=8\ntorchrun x.py ${A[@]}\n")
+    assert parsed.settings.tp == 2
+    # an array that no command expands launches nothing
+    assert parse("A=(--tensor-model-parallel-size 8)\n").recognised is False
 
 
 def test_flag_forms_last_occurrence_wins_and_lines() -> None:
@@ -62,15 +31,15 @@ def test_flag_forms_last_occurrence_wins_and_lines() -> None:
                    "  --tensor-model-parallel-size=2 \\\n"
                    "  --pipeline-model-parallel-size 4 \\\n"
                    "  --tensor-model-parallel-size 8\n")
-    assert parsed.settings["tp"] == 8 and parsed.settings["pp"] == 4
+    assert parsed.settings.tp == 8 and parsed.settings.pp == 4
     assert parsed.lines["tp"] == 4 and parsed.lines["pp"] == 3
 
 
 def test_plain_argument_list_file() -> None:
     parsed = parse("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
                    "--sequence-parallel --use-tp-pp-dp-mapping", "args.txt")
-    assert (parsed.settings["tp"], parsed.settings["pp"]) == (4, 2)
-    assert parsed.settings["sequence_parallel"] is True
+    assert (parsed.settings.tp, parsed.settings.pp) == (4, 2)
+    assert parsed.settings.sequence_parallel is True
     assert parsed.order == ("tp", "cp", "pp", "dp")
 
 
@@ -78,17 +47,17 @@ def test_default_order_is_megatrons() -> None:
     assert parse("--tensor-model-parallel-size 8").order == ("tp", "cp", "dp", "pp")
 
 
-def test_unresolvable_degree_is_an_input_error() -> None:
-    with pytest.raises(PlacerError, match=r"train.sh:2: --tensor-model-parallel-size \$TP"):
-        parse("TP=$(nvidia-smi -L | wc -l)\ntorchrun x.py --tensor-model-parallel-size $TP\n")
+def test_unresolvable_degree_is_reported_not_guessed() -> None:
+    parsed = parse("TP=$(nvidia-smi -L | wc -l)\ntorchrun x.py --tensor-model-parallel-size $TP\n")
+    assert "line 2: --tensor-model-parallel-size $TP" in parsed.unresolved["tp"]
     with pytest.raises(PlacerError, match="is not a positive integer"):
         parse("--pipeline-model-parallel-size two\n")
 
 
 def test_unresolvable_model_flag_is_a_note_not_an_error() -> None:
     parsed = parse("--num-layers $LAYERS --tensor-model-parallel-size 2\n")
-    assert parsed.settings["tp"] == 2 and parsed.model is None
-    assert any("--num-layers $LAYERS" in note for note in parsed.notes)
+    assert parsed.settings.tp == 2 and parsed.model is None
+    assert "--num-layers $LAYERS" in parsed.unresolved["num_layers"]
 
 
 # ----- world size and model -------------------------------------------------------------------
@@ -115,7 +84,7 @@ def test_model_from_script_flags() -> None:
     assert (model.kv_heads, model.ffn_hidden_size, model.vocab_size) == (8, 14336, 128256)
     assert model.gated_mlp and not model.tied_embeddings and model.moe is None
     assert (parsed.seq_len, parsed.global_batch_size) == (8192, 128)
-    assert parsed.settings["zero_stage"] == 1 and parsed.settings["recompute"] == "selective"
+    assert parsed.settings.zero_stage == 1 and parsed.settings.recompute == "selective"
 
 
 def test_model_defaults_follow_megatron() -> None:
@@ -133,10 +102,10 @@ def test_moe_flags_and_expert_tp_default() -> None:
     assert parsed.model is not None and parsed.model.moe is not None
     assert (parsed.model.moe.num_experts, parsed.model.moe.top_k) == (128, 8)
     assert parsed.model.moe.expert_ffn_hidden_size == 768
-    assert (parsed.settings["ep"], parsed.settings["etp"]) == (16, 1)
+    assert (parsed.settings.ep, parsed.settings.etp) == (16, 1)
     # --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2)
     default = parse("--tensor-model-parallel-size 2 --num-experts 8")
-    assert default.settings["etp"] == 2
+    assert default.settings.etp == 2
 
 
 # ----- rules on realistic scripts ---------------------------------------------------------------
@@ -247,7 +216,7 @@ def test_fewer_processes_per_node_than_gpus_use_the_first_gpus(tmp_path: Path) -
     script.write_text("torchrun --nproc_per_node 4 --nnodes 2 x.py "
                       "--tensor-model-parallel-size 4\n")
     report = run_check(script)
-    assert report.findings == [] and report.configs[0].num_gpus == 8
+    assert rule_ids(report) == ["model-unknown"] and report.configs[0].num_gpus == 8
     script.write_text("torchrun --nproc_per_node 4 --nnodes 2 x.py "
                       "--tensor-model-parallel-size 8\n")
     assert only(run_check(script), "tp-cross-node").nodes == [0, 1]
@@ -262,7 +231,7 @@ def test_world_size_from_nodes_option_when_the_script_has_none(tmp_path: Path) -
     script = tmp_path / "args.txt"
     script.write_text("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2\n")
     report = run_check(script, nodes=4)
-    assert report.configs[0].num_gpus == 32 and report.findings == []
+    assert report.configs[0].num_gpus == 32 and rule_ids(report) == ["model-unknown"]
     assert report.configs[0].layout is not None and "dp=2" in report.configs[0].layout
 
 
@@ -278,7 +247,7 @@ def test_gb200_nvl72_tp_across_trays_inside_the_nvlink_domain_passes(tmp_path: P
     script.write_text("torchrun --nproc_per_node 4 --nnodes 36 pretrain_gpt.py \\\n"
                       "  --tensor-model-parallel-size 8 --pipeline-model-parallel-size 1\n")
     report = run_check(script, cluster="gb200-nvl72")
-    assert report.findings == [] and report.configs[0].num_gpus == 144
+    assert rule_ids(report) == ["model-unknown"] and report.configs[0].num_gpus == 144
 
 
 def test_gb200_nvl72_tp_across_racks_fails(tmp_path: Path) -> None:
@@ -291,10 +260,9 @@ def test_gb200_nvl72_tp_across_racks_fails(tmp_path: Path) -> None:
 
 
 def test_sequence_parallel_is_off_with_tp_1_as_in_megatron() -> None:
-    assert parse("--sequence-parallel --tensor-model-parallel-size 1").settings[
-        "sequence_parallel"] is False
-    assert parse("--sequence-parallel --tensor-model-parallel-size 2").settings[
-        "sequence_parallel"] is True
+    for tp, expected in ((1, False), (2, True)):
+        parsed = parse(f"--sequence-parallel --tensor-model-parallel-size {tp}")
+        assert parsed.settings.sequence_parallel is expected
 
 
 _UNEVEN = """#!/bin/bash
@@ -312,7 +280,7 @@ torchrun --nproc_per_node 8 --nnodes 16 pretrain_gpt.py \\
     ("--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7", None),
     ("--pipeline-model-parallel-layout 'Et*7|(t*8|)*14t*7L'", None),
     ("--decoder-first-pipeline-num-layers 6", None),  # 15 stages of 8 after it
-    ("--decoder-first-pipeline-num-layers 5", "leave 121 layers for the other 15 stages"),
+    ("--decoder-first-pipeline-num-layers 5", "the 121 middle layers must divide over the 15"),
 ])
 def test_uneven_pipeline_splits_need_megatron_flags(tmp_path: Path, split: str,
                                                     problem: str | None) -> None:

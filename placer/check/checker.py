@@ -38,7 +38,7 @@ def check_paths(paths: Sequence[str | Path], options: CheckOptions,
     for raw in paths:
         path = Path(raw)
         try:
-            summary, found = check_config(read_config(path), options)
+            summary, found = check_config(read_config(path, options.inputs()), options)
         except PlacerError as exc:
             message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
             problems.append(InputProblem(file=str(path), message=message))

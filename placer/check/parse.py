@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from placer.check.parse_deepspeed import is_deepspeed, parse_deepspeed
@@ -27,23 +28,26 @@ def _text(path: Path) -> str:
         raise PlacerError(f"{path}: cannot read as UTF-8 text ({exc.__class__.__name__})") from None
 
 
-def read_config(path: Path) -> ParsedConfig:
-    """Parse one config; every problem reading it is a one-line PlacerError naming the file."""
+def read_config(path: Path, inputs: Mapping[str, str] | None = None) -> ParsedConfig:
+    """Parse one config; every problem reading it is a one-line PlacerError naming the file.
+
+    ``inputs``: environment variables known before a launch script runs (``--env``, and the
+    node count of ``--nodes``)."""
     try:
-        return _read(path)
+        return _read(path, inputs or {})
     except PlacerError as exc:
         if str(exc).startswith(str(path)):
             raise
         raise PlacerError(f"{path}: {exc}") from None
 
 
-def _read(path: Path) -> ParsedConfig:
+def _read(path: Path, inputs: Mapping[str, str]) -> ParsedConfig:
     text = _text(path)
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return parse_torchtitan(path, text)
     if suffix not in DOCUMENT_SUFFIXES:
-        return parse_megatron(path, text)
+        return parse_megatron(path, text, inputs)
     data = read_document(path)
     if is_plan(data):
         return parse_plan(path, data)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from placer.check.parsed import ParsedConfig
+from placer.check.parsed import ParsedConfig, Settings
 from placer.errors import PlacerError
 
 DEEPSPEED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu",
@@ -60,10 +60,7 @@ def parse_deepspeed(path: Path, data: dict[str, Any], text: str) -> ParsedConfig
     accumulation = _number(data.get("gradient_accumulation_steps"),
                            "gradient_accumulation_steps", path)
     total = _number(data.get("train_batch_size"), "train_batch_size", path)
-    settings: dict[str, object] = {"tp": tp or 1, "zero_stage": stage}
-    if micro:
-        settings["micro_batch_size"] = micro
-    parsed.settings = settings
+    parsed.settings = Settings(tp=tp or 1, zero_stage=stage, micro_batch_size=micro or None)
     parsed.global_batch_size = total
     for key, name in (("autotp_size", "tp"), ("tp_size", "tp"), ("stage", "zero_stage"),
                       ("train_micro_batch_size_per_gpu", "micro_batch_size"),

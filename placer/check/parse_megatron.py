@@ -1,19 +1,34 @@
-"""Read a Megatron-LM launch script (or a plain argument list) into a ParsedConfig.
+"""Read a Megatron-LM or Megatron-DeepSpeed launch script (or a plain argument list).
 
-Flags may be ``--flag value`` or ``--flag=value``, anywhere in the script (arrays, variables,
-continuations); the last occurrence wins, as with argparse. The world size comes from the
-torchrun flags in the script when present, else from ``WORLD_SIZE`` or ``GPUS_PER_NODE`` x
-``NNODES``-style variables. The model comes from the architecture flags when they are all there.
+The script is evaluated as bash would run it (``shell``), with the scheduler's variables from
+``#SBATCH``, ``--nodes`` and ``--env`` (``world``); flags may be ``--flag value`` or
+``--flag=value`` in any command, and the last occurrence wins, as with argparse. The world size
+comes from the launcher (torchrun / ``torch.distributed.launch`` ``--nproc-per-node`` x
+``--nnodes``, ``deepspeed --num_gpus --num_nodes``, ``srun`` tasks), else from ``WORLD_SIZE`` or
+``GPUS_PER_NODE`` x ``NNODES``-style variables. A value known only when the job runs is not
+guessed: it is listed in ``unresolved`` and the checks that need it are skipped.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from placer.check.parsed import ParsedConfig
-from placer.check.shell import Token, tokens
+from placer.check.megatron_flags import (
+    BOOL_FLAGS,
+    CHOICE_FLAGS,
+    INT_FLAGS,
+    MODEL_KEYS,
+    PARALLEL_KEYS,
+    PRINTING_COMMANDS,
+    SHARDING_ZERO,
+    all_flags,
+)
+from placer.check.parsed import ParsedConfig, Settings
+from placer.check.shell import Script, ShellSyntaxError, Word, evaluate
+from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.model import Model
@@ -24,70 +39,19 @@ from placer.spec.text import decimal
 # --use-tp-pp-dp-mapping (conventions.md 6.1).
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
+# Megatron-DeepSpeed's GPTModelPipe partitions with DeepSpeed's 'type:transformer' unless
+# --pp-partition-method says otherwise (megatron/model/gpt_model.py, bigscience-workshop/
+# Megatron-DeepSpeed 8387ae1); --no-pipeline-parallel uses Megatron's own even split.
+DEEPSPEED_DEFAULT_PARTITION = "type:transformer"
 # Used when the script gives no --vocab-size / --padded-vocab-size (the tokenizer decides it in
 # Megatron); 32000 is the Llama-2 tokenizer's size (placer's llama2 presets).
 DEFAULT_VOCAB_SIZE = 32000
 # Megatron's --moe-router-topk default (megatron/training/arguments.py).
 DEFAULT_MOE_TOPK = 2
-
-# flag -> setting key, for integer flags
-_INT_FLAGS = {
-    "tensor-model-parallel-size": "tp",
-    "pipeline-model-parallel-size": "pp",
-    "context-parallel-size": "cp",
-    "expert-model-parallel-size": "ep",
-    "expert-tensor-parallel-size": "etp",
-    "num-virtual-stages-per-pipeline-rank": "vpp",
-    "virtual-pipeline-model-parallel-size": "vpp",
-    "num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
-    "decoder-first-pipeline-num-layers": "first_stage_layers",
-    "decoder-last-pipeline-num-layers": "last_stage_layers",
-    "micro-batch-size": "micro_batch_size",
-    "global-batch-size": "global_batch_size",
-    "seq-length": "seq_len",
-    "num-layers": "num_layers",
-    "hidden-size": "hidden_size",
-    "num-attention-heads": "num_attention_heads",
-    "ffn-hidden-size": "ffn_hidden_size",
-    "num-query-groups": "num_query_groups",
-    "kv-channels": "head_dim",
-    "num-experts": "num_experts",
-    "moe-router-topk": "moe_topk",
-    "moe-ffn-hidden-size": "moe_ffn_hidden_size",
-    "moe-shared-expert-intermediate-size": "shared_expert_ffn_hidden_size",
-    "padded-vocab-size": "padded_vocab_size",
-    "vocab-size": "vocab_size",
-    "max-position-embeddings": "max_position_embeddings",
-    "nnodes": "nnodes",
-    "nproc-per-node": "nproc_per_node",
-    # the DeepSpeed launcher of Megatron-DeepSpeed scripts: deepspeed --num_gpus N --num_nodes M
-    "num-nodes": "nnodes",
-    "num-gpus": "nproc_per_node",
-}
-_CHOICE_FLAGS = {"recompute-granularity": "recompute",
-                 "data-parallel-sharding-strategy": "sharding_strategy"}
-_BOOL_FLAGS = {
-    "sequence-parallel": "sequence_parallel",
-    "use-tp-pp-dp-mapping": "tp_pp_dp_mapping",
-    "swiglu": "swiglu",
-    "group-query-attention": "group_query_attention",
-    "use-distributed-optimizer": "distributed_optimizer",
-    "use-torch-fsdp2": "fsdp",
-    "use-megatron-fsdp": "fsdp",
-    "untie-embeddings-and-output-weights": "untie",
-    "recompute-activations": "recompute_activations",
-    "standalone": "standalone",
-}
-_PARALLEL_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "layers_per_virtual_stage",
-                  "first_stage_layers", "last_stage_layers", "sequence_parallel",
-                  "tp_pp_dp_mapping")
-# Megatron's explicit per-stage layer layout (conventions.md 6.2, "Uneven PP").
-_LAYOUT_FLAG = "pipeline-model-parallel-layout"
-_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads")
-# ZeRO stage each Megatron sharding setting amounts to (conventions.md 6.2).
-_SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-_GPUS_VARS = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NGPUS_PER_NODE", "NUM_GPUS_PER_NODE", "NGPU")
-_NODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODES")
+_GPUS_VARS = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NGPUS_PER_NODE", "NUM_GPUS_PER_NODE", "NGPU",
+              "GPUS_PER_NODE_", "N_GPUS")
+_NODES_VARS = ("NNODES", "NUM_NODES", "N_NODES", "NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+_TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
 @dataclass(frozen=True)
@@ -95,136 +59,235 @@ class _Value:
     text: str | None
     raw: str
     line: int
+    why: str | None = None  # why text is None
 
 
-def parse_megatron(path: Path, text: str) -> ParsedConfig:
-    """Settings of a Megatron launch script; unresolvable parallel flags are input errors."""
-    values, last_token = _flag_values(list(tokens(text)))
-    parsed = ParsedConfig(path=str(path), kind="megatron")
-    ints = {key: _int(values[flag], flag, path) for flag, key in _INT_FLAGS.items()
-            if flag in values and (key in _PARALLEL_KEYS or values[flag].text is not None)}
-    ints = {k: v for k, v in ints.items() if v is not None}
-    for flag, key in (*_INT_FLAGS.items(), *_CHOICE_FLAGS.items(), *_BOOL_FLAGS.items()):
+def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = None
+                   ) -> ParsedConfig:
+    """Settings of a Megatron launch script; what cannot be known statically is ``unresolved``."""
+    header = sbatch_options(text)
+    env, header_notes = sbatch_inputs(header)
+    env.update(inputs or {})
+    try:
+        script = evaluate(text, env, RUNTIME_VARIABLES)
+    except ShellSyntaxError as exc:
+        raise PlacerError(f"{path}: not a bash script this reader follows: {exc}") from None
+    values, bools, notes = _flag_values(script)
+    deepspeed = bool({"deepspeed", "partition_method", "deepspeed_config"} & (
+        set(bools) | {CHOICE_FLAGS.get(f) for f in values}))
+    parsed = ParsedConfig(path=str(path), kind="megatron-deepspeed" if deepspeed else "megatron")
+    parsed.notes += header_notes + notes + script.notes
+    ints: dict[str, int] = {}
+    for flag, key in INT_FLAGS.items():
+        if flag not in values:
+            continue
+        parsed.lines.setdefault(key, values[flag].line)
+        number = _int(values[flag], flag, path, parsed, key)
+        if number is not None:
+            ints[key] = number
+    choices: dict[str, str] = {}
+    for flag, key in CHOICE_FLAGS.items():
         if flag in values:
             parsed.lines.setdefault(key, values[flag].line)
-    for flag in values:
-        if values[flag].text is None and _INT_FLAGS.get(flag) not in _PARALLEL_KEYS:
-            parsed.notes.append(f"line {values[flag].line}: --{flag} {values[flag].raw} could "
-                                "not be resolved without running the script; ignored")
-    flags = {key for flag, key in _BOOL_FLAGS.items() if flag in values}
-    choices = {key: values[flag].text for flag, key in _CHOICE_FLAGS.items() if flag in values}
-
-    settings: dict[str, object] = {k: ints[k] for k in ("tp", "pp", "cp", "ep", "vpp",
-                                                         "micro_batch_size") if k in ints}
-    for key in ("layers_per_virtual_stage", "first_stage_layers", "last_stage_layers"):
-        if key in ints:
-            settings[key] = ints[key]
-    if _LAYOUT_FLAG in values:
-        settings["pipeline_layout"] = values[_LAYOUT_FLAG].raw
-        parsed.lines.setdefault("pipeline_layout", values[_LAYOUT_FLAG].line)
-    if "num_experts" in ints or ints.get("ep", 1) > 1:
-        # Megatron's --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2).
-        settings["etp"] = ints.get("etp", ints.get("tp", 1))
-    elif "etp" in ints:
-        settings["etp"] = ints["etp"]
-    # Megatron turns --sequence-parallel off when TP is 1 (conventions.md 6.2).
-    settings["sequence_parallel"] = "sequence_parallel" in flags and ints.get("tp", 1) > 1
-    if "recompute_activations" in flags:
-        settings["recompute"] = "selective"
-    if choices.get("recompute") in ("full", "selective"):
-        settings["recompute"] = choices["recompute"]
-    zero = 3 if "fsdp" in flags else 1 if "distributed_optimizer" in flags else 0
-    zero = _SHARDING_ZERO.get(choices.get("sharding_strategy") or "", zero)
-    settings["zero_stage"] = zero
-    parsed.settings = settings
-    if "tp_pp_dp_mapping" in flags:
-        parsed.order = parse_order(MEGATRON_TP_PP_DP_ORDER)
-    else:
-        parsed.order = parse_order(MEGATRON_ORDER)
+            if values[flag].text is not None:
+                choices[key] = values[flag].text or ""
+    for flag, line in bools.items():
+        parsed.lines.setdefault(BOOL_FLAGS[flag], line)
+    flags = {BOOL_FLAGS[flag] for flag in bools}
+    parsed.settings = _settings(ints, flags, choices, parsed)
+    parsed.order = parse_order(MEGATRON_TP_PP_DP_ORDER if "tp_pp_dp_mapping" in flags
+                               else MEGATRON_ORDER)
     parsed.seq_len = ints.get("seq_len")
     parsed.global_batch_size = ints.get("global_batch_size")
-    parsed.nproc_per_node, parsed.world_size = _world(ints, flags, last_token, parsed)
+    parsed.recognised = bool(set(ints) | flags | set(choices) | set(parsed.unresolved))
+    _world(ints, flags, script, parsed)
     parsed.model = _model(ints, flags, path, parsed)
-    parsed.recognised = bool(set(ints) | flags | set(choices))
     return parsed
 
 
-def _flag_values(words: list[Token]) -> tuple[dict[str, _Value], Token | None]:
-    """The last value of every flag of interest (dashes normalised: nproc_per_node too)."""
-    known = set(_INT_FLAGS) | set(_CHOICE_FLAGS) | set(_BOOL_FLAGS) | {_LAYOUT_FLAG}
+def _flag_values(script: Script) -> tuple[dict[str, _Value], dict[str, int], list[str]]:
+    """The last value of every flag of interest, the boolean flags set, and notes."""
+    known = all_flags()
     values: dict[str, _Value] = {}
+    bools: dict[str, int] = {}
+    notes: list[str] = []
+    words = [w for w in script.words
+             if (w.command or "").rsplit("/", 1)[-1] not in PRINTING_COMMANDS]
     for i, word in enumerate(words):
+        if word.text is None:
+            _unknown_word(word, known, values)
+            continue
         if not word.text.startswith("--"):
             continue
         name, eq, inline = word.text[2:].partition("=")
-        name = name.replace("_", "-")
+        name = name.replace("_", "-") if name.replace("_", "-") in known else name
         if name not in known:
             continue
-        if name in _BOOL_FLAGS:
-            values[name] = _Value("true", word.text, word.line)
+        if name in BOOL_FLAGS:
+            if word.conditional is not None:
+                notes.append(f"line {word.line}: --{name} is set only if the condition of line "
+                             f"{word.conditional} holds; not applied")
+                continue
+            bools[name] = word.line
             continue
         if eq:
-            raw, value = inline, Token(inline, word.line, word.variables).expand()
-        elif i + 1 < len(words) and not words[i + 1].text.startswith("--"):
-            raw, value = words[i + 1].text, words[i + 1].expand()
+            raw, value, why = inline, inline, None
+        elif i + 1 < len(words) and (words[i + 1].text is None
+                                     or not words[i + 1].text.startswith("--")):  # type: ignore[union-attr]
+            nxt = words[i + 1]
+            raw, value = nxt.raw, nxt.text
+            why = None if value is not None else f"{nxt.raw} is known only when the job runs"
         else:
             raise PlacerError(f"line {word.line}: --{name} has no value")
-        values[name] = _Value(value, raw, word.line)
-    return values, (words[-1] if words else None)
+        if word.conditional is not None:
+            previous = values.get(name)
+            if previous is not None and previous.text == value:
+                continue
+            value, why = None, (f"set only if the condition of line {word.conditional} holds "
+                                "(not known without running the script)")
+        values[name] = _Value(value, raw, word.line, why)
+    return values, bools, notes
 
 
-def _int(value: _Value, flag: str, path: Path) -> int | None:
+def _unknown_word(word: Word, known: set[str], values: dict[str, _Value]) -> None:
+    """A word known only at run time that visibly holds a flag: ``--tp=$TP`` with TP unset."""
+    for match in re.finditer(r"--([A-Za-z0-9_-]+)", word.raw):
+        name = match.group(1).replace("_", "-")
+        if name in known and name not in BOOL_FLAGS:
+            values[name] = _Value(None, word.raw, word.line,
+                                  f"{word.raw} is known only when the job runs")
+
+
+def _int(value: _Value, flag: str, path: Path, parsed: ParsedConfig, key: str) -> int | None:
     if value.text is None:
-        raise PlacerError(f"{path}:{value.line}: --{flag} {value.raw}: cannot resolve the value "
-                          "without running the script; set the variable in the script")
+        if key in PARALLEL_KEYS or key in MODEL_KEYS:
+            parsed.unresolved[key] = f"line {value.line}: --{flag} {value.why}"
+        else:
+            parsed.notes.append(f"line {value.line}: --{flag} {value.why}; ignored")
+        return None
     text = value.text.strip()
     if flag == "nnodes" and ":" in text:
-        text = text.split(":")[-1]
+        low, _, high = text.partition(":")
+        if low != high:
+            parsed.unresolved[key] = (f"line {value.line}: --nnodes {text} is elastic: the node "
+                                      "count is known only when the job runs")
+            return None
+        text = high
     if flag == "nproc-per-node" and text in ("gpu", "auto", "cuda"):
         return None
     number = decimal(text)
-    if number is None or number < 1:
+    if number is None or number < (0 if key == "offload_layers" else 1):
         raise PlacerError(f"{path}:{value.line}: --{flag} {value.raw!r} is not a positive integer")
     return number
 
 
-def _var_int(token: Token | None, names: tuple[str, ...]) -> int | None:
+def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
+              parsed: ParsedConfig) -> Settings:
+    s = Settings()
+    for key in ("tp", "pp", "cp", "ep"):
+        if key in ints:
+            setattr(s, key, ints[key])
+    for key in ("vpp", "micro_batch_size", "layers_per_virtual_stage", "first_stage_layers",
+                "last_stage_layers"):
+        if key in ints:
+            setattr(s, key, ints[key])
+    s.pp_layout = choices.get("pp_layout")
+    if "num_experts" in ints or s.ep > 1:
+        # Megatron's --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2).
+        s.etp = ints.get("etp", s.tp)
+    elif "etp" in ints:
+        s.etp = ints["etp"]
+    # Megatron turns --sequence-parallel off when TP is 1 (conventions.md 6.2).
+    s.sequence_parallel = "sequence_parallel" in flags and s.tp > 1
+    if "recompute_activations" in flags:
+        s.recompute = "selective"
+    if "checkpoint_activations" in flags:
+        # the pre-2022 name of full recomputation (Megatron-DeepSpeed megatron/arguments.py)
+        s.recompute = "full"
+    if choices.get("recompute") in ("full", "selective"):
+        s.recompute = choices["recompute"]  # type: ignore[assignment]
+    if s.recompute == "full" and choices.get("recompute_method") == "block":
+        s.recompute_layers = ints.get("recompute_layers")
+    zero = 3 if "fsdp" in flags else 1 if "distributed_optimizer" in flags else 0
+    zero = ints.get("zero_stage", zero)
+    s.zero_stage = SHARDING_ZERO.get(choices.get("sharding_strategy") or "", zero)
+    s.offload_layers = ints.get("offload_layers", 0)
+    s.embedding_in_split = "embedding_in_split" in flags
+    s.loss_in_split = "loss_in_split" in flags
+    if parsed.kind == "megatron-deepspeed" and "no_pipeline_parallel" not in flags:
+        s.partition_method = choices.get("partition_method", DEEPSPEED_DEFAULT_PARTITION)
+    if "fp8" in flags or choices.get("fp8_format") in ("hybrid", "e4m3"):
+        s.precision = "fp8"
+    s.fp8_param_gather = "fp8_param_gather" in flags and s.precision == "fp8"
+    s.grad_reduce_bf16 = "grad_reduce_bf16" in flags
+    s.optimizer_offload = "optimizer_offload" in flags
+    return s
+
+
+def _var_int(script: Script, names: tuple[str, ...]) -> tuple[int | None, str | None]:
     """The first of ``names`` set to a positive integer by the end of the script."""
-    variables = dict(token.variables) if token else {}
     for name in names:
-        value = variables.get(name)
-        number = decimal(value.strip()) if value is not None else None
+        number = decimal((script.value(name) or "").strip())
         if number:
-            return number
-    return None
+            return number, name
+    return None, None
 
 
-def _world(ints: dict[str, int], flags: set[str], last: Token | None,
-           parsed: ParsedConfig) -> tuple[int | None, int | None]:
-    """(processes per node, world size) from torchrun flags, else script variables."""
+def _launchers(script: Script) -> set[str]:
+    found: set[str] = set()
+    for word in script.words:
+        command = (word.command or "").rsplit("/", 1)[-1]
+        if command in ("torchrun", "deepspeed", "srun", "mpirun", "mpiexec"):
+            found.add(command)
+        if word.text in _TORCHRUN:
+            found.add("torchrun")
+    return found
+
+
+def _world(ints: dict[str, int], flags: set[str], script: Script, parsed: ParsedConfig) -> None:
+    """Processes per node and world size from the launcher, else the script's variables."""
+    launchers = _launchers(script)
     nproc = ints.get("nproc_per_node")
     nnodes = 1 if "standalone" in flags else ints.get("nnodes")
-    if nproc is None:
-        nproc = _var_int(last, _GPUS_VARS)
-    if nnodes is None:
-        nnodes = _var_int(last, _NODES_VARS)
-    world = _var_int(last, ("WORLD_SIZE",))
+    if "srun" in launchers and not launchers & {"torchrun", "deepspeed"}:
+        # srun starts one process per task: tasks per node x nodes (sbatch(1))
+        tasks, _ = _var_int(script, ("SLURM_NTASKS_PER_NODE",))
+        nproc = nproc or tasks
+    if nproc is None and "nproc_per_node" not in parsed.unresolved:
+        nproc, _ = _var_int(script, _GPUS_VARS)
+    if nnodes is None and "nnodes" not in parsed.unresolved:
+        nnodes, name = _var_int(script, _NODES_VARS)
+        if nnodes is None and not launchers & {"torchrun", "deepspeed", "srun"}:
+            world, wname = _var_int(script, ("WORLD_SIZE",))
+            if world is not None:
+                parsed.world_size, parsed.world_source = world, f"${wname}"
+                parsed.nproc_per_node = nproc
+                return
+    if "deepspeed" in launchers and nnodes is None and "nnodes" not in parsed.unresolved \
+            and ints.get("nproc_per_node") is not None:
+        nnodes = 1  # deepspeed without --num_nodes/--hostfile runs on the local node
+    parsed.nproc_per_node = nproc
     if nproc is not None and nnodes is not None:
-        if world is not None and world != nproc * nnodes:
+        parsed.world_size = nproc * nnodes
+        parsed.world_source = f"{nnodes} node(s) x {nproc} processes"
+        world, _ = _var_int(script, ("WORLD_SIZE",))
+        if world is not None and world != parsed.world_size:
             parsed.notes.append(f"WORLD_SIZE={world} differs from {nnodes} nodes x {nproc} "
-                                "processes; using the latter, which is what torchrun launches")
-        return nproc, nproc * nnodes
-    return nproc, world
+                                "processes; using the latter, which is what the launcher starts")
+    elif nnodes is None and "nnodes" not in parsed.unresolved:
+        parsed.unresolved["world"] = ("the node count is not in the script (no launcher "
+                                      "--nnodes, #SBATCH --nodes or NNODES)")
 
 
-def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConfig) -> Model | None:
+def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConfig
+           ) -> Model | None:
     """The model described by the script's architecture flags, if they are all present."""
-    present = [k for k in _MODEL_KEYS if k in ints]
+    present = [k for k in MODEL_KEYS if k in ints]
     if not present:
         return None
-    if len(present) < len(_MODEL_KEYS):
-        missing = ", ".join("--" + k.replace("_", "-") for k in _MODEL_KEYS if k not in ints)
-        parsed.notes.append(f"model flags incomplete (missing {missing}); pass --model")
+    if len(present) < len(MODEL_KEYS):
+        missing = ", ".join("--" + k.replace("_", "-") for k in MODEL_KEYS if k not in ints)
+        parsed.notes.append(f"model flags incomplete (missing {missing})")
         return None
     hidden = ints["hidden_size"]
     gated = "swiglu" in flags
@@ -245,7 +308,7 @@ def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConf
     }
     if "group_query_attention" in flags:
         fields["num_kv_heads"] = ints.get("num_query_groups", 1)
-    if "num_experts" in ints:
+    if "num_experts" in ints and ints["num_experts"] > 1:
         moe: dict[str, object] = {
             "num_experts": ints["num_experts"], "top_k": ints.get("moe_topk", DEFAULT_MOE_TOPK),
             "expert_ffn_hidden_size": ints.get("moe_ffn_hidden_size", ffn)}

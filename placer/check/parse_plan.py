@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
+from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate, Settings
 from placer.dims import DEFAULT_ORDER
 from placer.mesh import order_text, parse_order
 from placer.spec.base import Spec
@@ -70,10 +70,14 @@ def parse_plan(path: Path, data: dict[str, Any]) -> ParsedConfig:
     return parsed
 
 
-def _explicit_layout(value: str | dict[str, Any], source: str) -> dict[str, object]:
+def _explicit_layout(value: str | dict[str, Any], source: str) -> Settings:
     """Only the layout fields the file set (so a missing dp stays derivable)."""
     layout = Layout.parse(value) if isinstance(value, str) else validated(Layout, value, source)
-    return {name: getattr(layout, name) for name in sorted(layout.model_fields_set)}
+    settings = Settings()
+    for name in sorted(layout.model_fields_set):
+        if hasattr(settings, name):
+            setattr(settings, name, getattr(layout, name))
+    return settings
 
 
 def _relative(ref: str, base: Path, presets: list[str]) -> str:
@@ -112,10 +116,8 @@ def parse_layout_file(path: Path, data: dict[str, Any], text: str) -> ParsedConf
                                    f"{path}.cluster")
     if spec.num_gpus is not None:
         parsed.world_size = spec.num_gpus
-    elif "dp" in parsed.settings:
-        world = 1
-        for key in ("tp", "pp", "dp", "cp"):
-            world *= int(parsed.settings.get(key, 1))  # type: ignore[call-overload]
-        parsed.world_size = world
+    elif parsed.settings.dp is not None:
+        s = parsed.settings
+        parsed.world_size = s.tp * s.pp * s.dp * s.cp
     return parsed
 

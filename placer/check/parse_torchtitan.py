@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from placer.check.parsed import ParsedConfig
+from placer.check.parsed import ParsedConfig, Settings
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.presets import model_names
@@ -63,55 +63,90 @@ def _int(table: dict[str, Any], key: str, path: Path, default: int) -> int:
     return value
 
 
+def _degree_tables(data: dict[str, Any], path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Where each release keeps its degrees, newest last so it wins: the 2024 releases under
+    ``[training]`` (data_parallel_degree, tensor_parallel_degree) and ``[experimental]``
+    (pipeline_parallel_degree, context_parallel_degree), v0.1+ under ``[parallelism]``."""
+    tables = []
+    for section in ("training", "experimental", "parallelism"):
+        table = data.get(section) or {}
+        if not isinstance(table, dict):
+            raise PlacerError(f"{path}: [{section}] must be a table")
+        tables.append((section, table))
+    return tables
+
+
 def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     data = _load_toml(path, text)
     where = key_lines(text)
     parsed = ParsedConfig(path=str(path), kind="torchtitan", order=parse_order(TORCHTITAN_ORDER))
-    par = data.get("parallelism") or {}
-    training = data.get("training") or {}
-    if not isinstance(par, dict) or not isinstance(training, dict):
-        raise PlacerError(f"{path}: [parallelism] and [training] must be tables")
+    tables = _degree_tables(data, path)
+    training = dict(tables[0][1])
+    par: dict[str, Any] = {}
+    section_of: dict[str, str] = {}
+    for section, table in tables:
+        for key, value in table.items():
+            if key in _DEGREES or key.startswith("data_parallel") or key in (
+                    "enable_sequence_parallel", "pipeline_parallel_microbatch_size"):
+                par[key] = value
+                section_of[key] = section
     parsed.recognised = bool(par)
-    settings: dict[str, object] = {}
+    s = Settings()
     for key, name in _DEGREES.items():
         value = _int(par, key, path, 1)
         if value < 1:
-            raise PlacerError(f"{path}: parallelism.{key} = {value} must be at least 1")
-        settings[name] = value
-        if f"parallelism.{key}" in where:
-            parsed.lines[name] = where[f"parallelism.{key}"]
+            raise PlacerError(f"{path}: {section_of.get(key, 'parallelism')}.{key} = {value} "
+                              "must be at least 1")
+        setattr(s, name, value)
+        if key in section_of:
+            parsed.lines[name] = where.get(f"{section_of[key]}.{key}", 0) or None  # type: ignore[assignment]
+    if s.ep > 1 or "expert_tensor_parallel_degree" in par:
+        s.etp = _int(par, "expert_tensor_parallel_degree", path, 1)
     replicate = _int(par, "data_parallel_replicate_degree", path, 1)
-    shard = _int(par, "data_parallel_shard_degree", path, -1)
+    # data_parallel_degree: the 2024 name of the FSDP degree (-1: the ranks left over)
+    shard = _int(par, "data_parallel_shard_degree", path,
+                 _int(par, "data_parallel_degree", path, -1))
     if replicate < 1 or (shard < 1 and shard != -1):
         raise PlacerError(f"{path}: data-parallel degrees must be positive (shard may be -1)")
-    for key in ("data_parallel_shard_degree", "data_parallel_replicate_degree"):
-        if f"parallelism.{key}" in where:
-            parsed.lines.setdefault("dp", where[f"parallelism.{key}"])
+    for key in ("data_parallel_shard_degree", "data_parallel_degree",
+                "data_parallel_replicate_degree"):
+        if key in section_of:
+            parsed.lines.setdefault("dp", where.get(f"{section_of[key]}.{key}", 1))
     if shard == -1:
-        settings["dp_replicate"] = replicate
+        s.dp_replicate = replicate
     else:
-        settings["dp"] = replicate * shard
+        s.dp = replicate * shard
     # torchtitan applies FSDP (full shard, ZeRO-3 equivalent) whenever dp_shard is not 1.
-    settings["zero_stage"] = 0 if shard == 1 else 3
-    settings["sequence_parallel"] = settings["tp"] > 1 and bool(  # type: ignore[operator]
-        par.get("enable_sequence_parallel", True))
+    s.zero_stage = 0 if shard == 1 else 3
+    s.sequence_parallel = s.tp > 1 and bool(par.get("enable_sequence_parallel", True))
     checkpoint = data.get("activation_checkpoint") or {}
     mode = str(checkpoint.get("mode", "selective")).lower()
-    settings["recompute"] = _RECOMPUTE.get(mode, "selective")
+    s.recompute = _RECOMPUTE.get(mode, "selective")  # type: ignore[assignment]
     local = training.get("local_batch_size", training.get("batch_size"))
     if _positive(local):
-        settings["local_batch_size"] = local
-    micro = par.get("pipeline_parallel_microbatch_size", 1) if settings["pp"] != 1 else local
+        s.local_batch_size = local
+    micro = par.get("pipeline_parallel_microbatch_size", 1) if s.pp != 1 else local
     if _positive(micro):
-        settings["micro_batch_size"] = micro
-    parsed.settings = settings
+        s.micro_batch_size = micro
+    converters = (data.get("model") or {}).get("converters") or []
+    float8 = data.get("float8") or {}
+    if "float8" in converters or (isinstance(float8, dict) and float8.get(
+            "enable_float8_linear")):
+        s.precision = "fp8"
+    parsed.settings = s
     seq_len = training.get("seq_len")
     parsed.seq_len = seq_len if _positive(seq_len) else None
     gbs = training.get("global_batch_size")
     parsed.global_batch_size = gbs if _positive(gbs) else None
-    parsed.model_ref = _preset_for(data.get("model") or {})
+    model = data.get("model") or {}
+    parsed.model_ref = _preset_for(model)
+    if "model.flavor" in where:
+        parsed.lines["model"] = where["model.flavor"]
     if parsed.model_ref:
         parsed.notes.append(f"model from [model] name/flavor: preset {parsed.model_ref}")
+    elif model.get("name") or model.get("flavor"):
+        parsed.model_problem = (f"[model] name = {model.get('name')!r}, flavor = "
+                                f"{model.get('flavor')!r} is not a model placer knows")
     return parsed
 
 
@@ -119,8 +154,15 @@ def _positive(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+# torchtitan model names whose placer preset is spelled differently
+_PRESET_NAMES = {"deepseek_v3": "deepseek-v3", "llama": "llama2"}  # "llama": early 2024 (Llama 2)
+
+
 def _preset_for(model: dict[str, Any]) -> str | None:
-    """torchtitan's ``[model] name = "llama3", flavor = "8B"`` as a placer preset, if one."""
+    """torchtitan's ``[model] name = "llama3", flavor = "8B"`` as a placer preset, if one.
+    (torchtitan/models/<name>/__init__.py holds the flavors; placer has presets of the ones
+    with the same dimensions.)"""
     name, flavor = str(model.get("name", "")).lower(), str(model.get("flavor", "")).lower()
+    name = _PRESET_NAMES.get(name, name)
     candidate = f"{name}-{flavor}"
     return candidate if name and flavor and candidate in model_names() else None

@@ -6,7 +6,7 @@ the rules), so a config with impossible degrees still parses and gets a finding,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from placer.dims import DEFAULT_ORDER
@@ -15,12 +15,65 @@ from placer.spec.job import Job
 from placer.spec.model import Model
 from placer.spec.results import RankEntry
 
-ConfigKind = Literal["megatron", "torchtitan", "deepspeed", "plan", "layout"]
+ConfigKind = Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox",
+                     "nemo", "plan", "layout"]
+Recompute = Literal["none", "selective", "full"]
 
 # Setting keys are Layout field names; these are the ones a config may leave out (dp is then
 # whatever the world size leaves, as Megatron and torchtitan derive it).
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
-               "recompute", "sequence_parallel")
+               "recompute", "sequence_parallel", "first_stage_layers", "last_stage_layers",
+               "pp_layout", "stage_layers", "recompute_layers", "offload_layers",
+               "embedding_in_split", "loss_in_split")
+
+
+@dataclass
+class Settings:
+    """The parallel, memory and precision settings one config gives.
+
+    Names are Layout's where the meaning is the same. None means the config leaves it to the
+    framework: dp to what the world size leaves, vpp to 1, etp to Megatron's default (tp).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    vpp: int | None = None
+    micro_batch_size: int | None = None
+    zero_stage: int = 0
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    pp_layout: str | None = None
+    stage_layers: tuple[int, ...] | None = None
+    recompute_layers: int | None = None
+    offload_layers: int = 0
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
+    # what only check needs
+    dp_replicate: int | None = None
+    """torchtitan data_parallel_replicate_degree when dp_shard = -1 (dp then derived)."""
+    layers_per_virtual_stage: int | None = None
+    local_batch_size: int | None = None
+    partition_method: str | None = None
+    """DeepSpeed's pipeline partitioning (``type:transformer|embedding``, ``uniform``,
+    ``parameters``); None: Megatron's even split of the layers."""
+    precision: Literal["bf16", "fp8"] = "bf16"
+    fp8_param_gather: bool = False
+    grad_reduce_bf16: bool = False
+    optimizer_offload: bool = False
+
+    def layout_values(self) -> dict[str, object]:
+        """The Layout fields the config set (so the rest keep Layout's defaults)."""
+        defaults = Settings()
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in LAYOUT_KEYS and getattr(self, f.name) is not None
+                and (getattr(self, f.name) != getattr(defaults, f.name) or f.name in
+                     ("tp", "pp", "cp"))}
 
 
 @dataclass(frozen=True)
@@ -39,7 +92,7 @@ class ParsedConfig:
 
     path: str
     kind: ConfigKind
-    settings: dict[str, object] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
     lines: dict[str, int] = field(default_factory=dict)
     order: tuple[str, ...] = DEFAULT_ORDER
     world_size: int | None = None
@@ -55,6 +108,12 @@ class ParsedConfig:
     # (rule id, setting key, message) for problems a parser sees that no later rule can
     problems: list[tuple[str, str, str]] = field(default_factory=list)
     recognised: bool = True
+    # setting key -> why its value is known only when the job runs (checks needing it skipped)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    model_problem: str | None = None
+    """Why the file's model could not be read (an unknown torchtitan flavor, missing flags)."""
+    world_source: str | None = None
+    """Where the world size came from (for the summary's notes)."""
 
     def line_of(self, *keys: str) -> int | None:
         """Line of the first of ``keys`` the config set explicitly."""

@@ -12,17 +12,19 @@ Order of decisions (each documented in the notes of the config's summary):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from placer.check.findings import ConfigSummary, Finding
 from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
 from placer.check.rules import Placed, finding, group_findings
+from placer.check.world import node_inputs
 from placer.cost import memory_estimate
 from placer.dims import DENSE_DIMS
 from placer.errors import PlacerError
 from placer.mesh import MeshGrid, order_text
 from placer.spec.cluster import Cluster
-from placer.spec.job import Job
+from placer.spec.job import Job, Optimizer
 from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.presets import load_model, validated
@@ -41,6 +43,13 @@ class CheckOptions:
     seq_len: int | None = None
     candidate: int | None = None
     """Plans: check only this candidate (0 is the one ``placer launch`` uses); None: all."""
+    env: tuple[tuple[str, str], ...] = ()
+    """``--env NAME=VALUE``: variables a launch script reads from its environment."""
+
+    def inputs(self) -> dict[str, str]:
+        """What a launch script's environment holds: ``--nodes`` as every scheduler's node
+        count variable, then ``--env`` (which wins)."""
+        return {**node_inputs(self.nodes), **dict(self.env)}
 
 
 class _Stop(Exception):
@@ -60,6 +69,7 @@ class _Context:
     model: Model | None
     notes: list[str]
     seq_len_option: int | None = None
+    world_known: bool = True
 
     def stop(self, rule_id: str, message: str, *keys: str) -> _Stop:
         return _Stop(finding(rule_id, message, self.parsed.path, self.parsed.line_of(*keys)))
@@ -76,8 +86,30 @@ def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSum
     findings = [finding(rule, message, parsed.path, parsed.line_of(key))
                 for rule, key, message in parsed.problems]
     notes = summary.notes
+    blocking = {k: v for k, v in parsed.unresolved.items() if k not in _WORLD_KEYS}
+    if blocking and parsed.kind != "plan":
+        keys = ", ".join(sorted(blocking))
+        first = blocking[sorted(blocking)[0]]
+        return summary, findings + [finding(
+            "setting-unresolved", f"{keys} known only when the job runs ({first}); the layout "
+            "checks were skipped: pass --env NAME=VALUE for the variables it depends on",
+            parsed.path, parsed.line_of(*sorted(blocking)))]
     try:
         ctx = _context(parsed, options, notes)
+        if ctx.model is None:
+            findings.append(finding(
+                "model-unknown", f"no model in this {parsed.kind} config"
+                f"{' (' + parsed.model_problem + ')' if parsed.model_problem else ''}: head, "
+                "layer and expert divisibility and memory not checked; pass --model",
+                parsed.path, parsed.line_of("model")))
+        if not ctx.world_known:
+            why = parsed.unresolved.get("world") or parsed.unresolved.get("nnodes") or \
+                parsed.unresolved.get("nproc_per_node") or "the file does not say"
+            findings.append(finding(
+                "world-size-unknown", f"world size unknown ({why}): checked TP/CP/PP placement "
+                f"and divisibility on the {ctx.world} GPUs tp*pp*cp needs; skipped: "
+                "data-parallel size, world-size divisibility, EP placement, batch divisibility"
+                " and memory; pass --nodes N", parsed.path, parsed.line_of("nnodes", "world")))
         summary.cluster = f"{ctx.cluster.name} x {ctx.cluster.num_nodes} nodes"
         summary.num_gpus = ctx.world
         summary.model = ctx.model.name if ctx.model else None
@@ -128,18 +160,26 @@ def _context(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> _
     model = _model(parsed, options, notes)
     gpn = _gpus_per_node(cluster)
     per_node = parsed.nproc_per_node or gpn
+    world: int | None
     if parsed.world_size is not None:
         world = parsed.world_size
+        if parsed.world_source:
+            notes.append(f"world size {world} from the file ({parsed.world_source})")
         if options.nodes is not None and per_node and options.nodes * per_node != world:
             notes.append(f"the config runs {world} ranks; --nodes {options.nodes} ignored")
     elif options.nodes is not None and per_node:
         world = options.nodes * per_node
+        notes.append(f"world size {world}: --nodes {options.nodes} x {per_node} per node")
+    elif parsed.settings.dp is not None:
+        s = parsed.settings
+        world = s.tp * s.pp * s.cp * s.dp
     else:
-        world = cluster.num_gpus
-        if parsed.kind != "plan":
-            notes.append(f"world size not in the config: using {world} GPUs of {cluster.name} "
-                         "(pass --nodes to change)")
-    ctx = _Context(parsed, cluster, world, per_node or 0, model, notes, options.seq_len)
+        world = None
+    ctx = _Context(parsed, cluster, world or 0, per_node or 0, model, notes, options.seq_len,
+                   world_known=world is not None)
+    if world is None:
+        s = parsed.settings
+        ctx.world = s.tp * s.pp * s.cp
     ctx.cluster = _sized_cluster(ctx, gpn)
     return ctx
 
@@ -151,7 +191,7 @@ def _sized_cluster(ctx: _Context, gpn: int | None) -> Cluster:
         ctx.per_node = 0
         return cluster
     if gpn is None:
-        if cluster.num_gpus != world:
+        if cluster.num_gpus != world and ctx.world_known:
             raise ctx.stop("degrees-cluster", f"the config runs {world} ranks but cluster "
                            f"{cluster.name} has {cluster.num_gpus} healthy GPUs", "world")
         ctx.per_node = 0
@@ -159,10 +199,13 @@ def _sized_cluster(ctx: _Context, gpn: int | None) -> Cluster:
     if ctx.per_node > gpn:
         raise ctx.stop("degrees-cluster", f"the launch starts {ctx.per_node} processes per node "
                        f"but {cluster.node_types[0].name} nodes have {gpn} GPUs", "nproc_per_node")
-    if world % ctx.per_node:
+    if not ctx.world_known:
+        nodes = -(-world // ctx.per_node)
+        ctx.world = nodes * ctx.per_node
+    elif world % ctx.per_node:
         raise ctx.stop("degrees-cluster", f"world size {world} is not a whole number of "
                        f"{ctx.per_node}-GPU nodes", "world")
-    nodes = world // ctx.per_node
+    nodes = ctx.world // ctx.per_node
     if nodes == cluster.num_nodes:
         return cluster
     if len(cluster.pools) != 1:
@@ -180,7 +223,6 @@ def _model(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> Mod
         return parsed.model
     if parsed.model_ref is not None:
         return load_model(parsed.model_ref)
-    notes.append("no model: model divisibility and memory not checked (pass --model)")
     return None
 
 
@@ -189,71 +231,91 @@ def _model(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> Mod
 
 def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
     """The config's layout with dp (and Megatron's vpp) derived; stops if it cannot exist."""
-    settings = dict(ctx.parsed.settings)
-    layers_per_virtual_stage = settings.pop("layers_per_virtual_stage", None)
-    first, last = settings.pop("first_stage_layers", None), settings.pop("last_stage_layers", None)
-    explicit_split = settings.pop("pipeline_layout", None) is not None
-    replicate = settings.pop("dp_replicate", None)
-    settings.pop("local_batch_size", None)
-    tp, pp, cp = (int(settings.get(k, 1)) for k in ("tp", "pp", "cp"))  # type: ignore[call-overload]
+    s = ctx.parsed.settings
+    values = s.layout_values()
+    tp, pp, cp = s.tp, s.pp, s.cp
     inner = tp * pp * cp
-    if "dp" not in settings:
+    if s.dp is None:
         if ctx.world % inner:
             raise ctx.stop("degrees-cluster", f"tp*pp*cp = {tp}*{pp}*{cp} = {inner} does not "
                            f"divide the {ctx.world} GPUs", "tp", "pp", "cp")
-        settings["dp"] = ctx.world // inner
-        if isinstance(replicate, int) and int(settings["dp"]) % replicate:  # type: ignore[call-overload]
-            raise ctx.stop("degrees-cluster", f"data_parallel_replicate_degree={replicate} does "
-                           f"not divide the data-parallel size {settings['dp']}", "dp")
-    elif inner * int(settings["dp"]) != ctx.world:  # type: ignore[call-overload]
-        product = inner * int(settings["dp"])  # type: ignore[call-overload]
-        raise ctx.stop("degrees-cluster", f"tp*pp*dp*cp = {product} but the job runs "
+        dp = ctx.world // inner
+        if s.dp_replicate is not None and dp % s.dp_replicate:
+            raise ctx.stop("degrees-cluster", f"data_parallel_replicate_degree={s.dp_replicate} "
+                           f"does not divide the data-parallel size {dp}", "dp")
+    elif inner * s.dp != ctx.world:
+        raise ctx.stop("degrees-cluster", f"tp*pp*dp*cp = {inner * s.dp} but the job runs "
                        f"{ctx.world} ranks", "dp", "tp")
+    else:
+        dp = s.dp
+    values["dp"] = dp
     early: list[Finding] = []
-    if isinstance(layers_per_virtual_stage, int):
-        vpp, problem = _virtual_stages(ctx.model, pp, layers_per_virtual_stage)
-        settings["vpp"] = vpp
+    if s.layers_per_virtual_stage is not None:
+        vpp, problem = _virtual_stages(ctx.model, pp, s.layers_per_virtual_stage)
+        values["vpp"] = vpp
         if problem:
             early.append(finding("degrees-model", problem, ctx.parsed.path,
                                  ctx.parsed.line_of("layers_per_virtual_stage")))
         elif ctx.model is None:
             ctx.notes.append("virtual stages unknown without the model's layer count")
-    if ctx.parsed.kind == "megatron" and ctx.model is not None and not explicit_split:
-        vpp = int(settings.get("vpp", 1))  # type: ignore[call-overload]
-        problem = _megatron_split_problem(ctx.model.num_layers, pp, vpp, first, last)
+    if ctx.model is not None and s.partition_method is not None and pp > 1:
+        stages, problem = deepspeed_partition(ctx.model.num_layers, pp, s.partition_method)
         if problem:
             early.append(finding("degrees-model", problem, ctx.parsed.path,
-                                 ctx.parsed.line_of("first_stage_layers", "last_stage_layers",
-                                                    "pp")))
-    zero = int(settings.get("zero_stage", 0))  # type: ignore[call-overload]
-    if zero and int(settings["dp"]) * cp == 1:  # type: ignore[call-overload]
-        # A distributed optimizer / FSDP over one data-parallel rank runs and shards nothing.
-        settings["zero_stage"] = 0
-        ctx.notes.append(f"ZeRO stage {zero} over dp*cp = 1 shards nothing: checked as stage 0")
-    values = {k: settings[k] for k in LAYOUT_KEYS if k in settings}
+                                 ctx.parsed.line_of("partition_method", "pp")))
+        else:
+            values["stage_layers"] = stages
+            ctx.notes.append(f"DeepSpeed pipeline partition {s.partition_method}: layers per "
+                             f"stage {'/'.join(str(n) for n in stages)}")
+    elif ctx.model is not None and ctx.parsed.kind in ("megatron", "megatron-deepspeed"):
+        explicit = (s.first_stage_layers, s.last_stage_layers, s.pp_layout)
+        if all(v is None for v in explicit) and not (s.embedding_in_split or s.loss_in_split):
+            vpp = int(values.get("vpp", 1))  # type: ignore[call-overload]
+            if ctx.model.num_layers % (pp * vpp):
+                early.append(finding(
+                    "degrees-model", f"pp = {pp}: Megatron needs pp*vpp={pp * vpp} to divide "
+                    f"num_layers={ctx.model.num_layers} unless --decoder-first/last-pipeline-"
+                    "num-layers or --pipeline-model-parallel-layout give an uneven split",
+                    ctx.parsed.path, ctx.parsed.line_of("pp", "num_layers")))
+    values = {k: v for k, v in values.items() if k in LAYOUT_KEYS}
+    if early:
+        values.pop("stage_layers", None)
+        values.pop("first_stage_layers", None)
+        values.pop("last_stage_layers", None)
     return validated(Layout, values, ctx.parsed.path), early
 
 
-def _megatron_split_problem(num_layers: int, pp: int, vpp: int, first: object,
-                            last: object) -> str | None:
-    """Megatron splits layers evenly unless --decoder-first/last-pipeline-num-layers (or an
-    explicit --pipeline-model-parallel-layout) say otherwise; the rest must then divide evenly
-    over the other stages (conventions.md 6.2, "Uneven PP")."""
-    ends = [n for n in (first, last) if isinstance(n, int)]
-    middle_layers, middle_stages = num_layers - sum(ends), pp - len(ends)
-    if not ends:
-        if num_layers % (pp * vpp):
-            return (f"pp = {pp}: Megatron needs pp*vpp={pp * vpp} to divide num_layers="
-                    f"{num_layers} unless --decoder-first-pipeline-num-layers and "
-                    "--decoder-last-pipeline-num-layers give an uneven split")
-        return None
-    if middle_stages <= 0:
-        return None if middle_layers == 0 else (
-            f"the first and last stages hold {sum(ends)} layers, but num_layers={num_layers}")
-    if middle_layers <= 0 or middle_layers % (middle_stages * vpp):
-        return (f"--decoder-first/last-pipeline-num-layers leave {middle_layers} layers for "
-                f"the other {middle_stages} stages (x vpp={vpp}), which do not divide evenly")
-    return None
+def deepspeed_partition(num_layers: int, pp: int, method: str
+                        ) -> tuple[tuple[int, ...], str | None]:
+    """Transformer layers per stage under DeepSpeed's PipelineModule partitioning.
+
+    ``type:REGEX`` balances the layers whose class name matches (GPTModelPipe: the transformer
+    layers, and with ``embedding`` the two tied EmbeddingPipe ends), so each stage gets q or q+1
+    of them (ds_utils.partition_balanced on 0/1 weights); ``uniform`` and ``parameters`` are
+    approximated by the transformer layers alone. Megatron-DeepSpeed fails unless every stage
+    holds at least one transformer layer (megatron/model/gpt_model.py, GPTModelPipe comment).
+    """
+    regex = method.split(":", 1)[1] if method.startswith("type:") else "transformer"
+    try:
+        embedding = re.search(regex, "EmbeddingPipe", re.IGNORECASE) is not None
+        counted = re.search(regex, "ParallelTransformerLayerPipe", re.IGNORECASE) is not None
+    except re.error:
+        return (), f"--pp-partition-method {method!r} is not a valid regular expression"
+    if not counted:
+        return (), (f"--pp-partition-method {method}: no transformer layer matches, so DeepSpeed "
+                    "cannot balance the transformer layers over the stages")
+    units = num_layers + (2 if embedding else 0)
+    per, extra = divmod(units, pp)
+    sizes = [per + (1 if k >= pp - extra else 0) for k in range(pp)]
+    layers = list(sizes)
+    if embedding:
+        layers[0] -= 1
+        layers[-1] -= 1
+    if min(layers) < 1:
+        return (), (f"pp = {pp}: {method} splits {units} units ({num_layers} transformer layers"
+                    f"{' + 2 embeddings' if embedding else ''}) so that a stage holds no "
+                    "transformer layer, which Megatron-DeepSpeed's pipeline cannot run")
+    return tuple(layers), None
 
 
 def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, str | None]:
@@ -268,17 +330,22 @@ def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, 
 
 
 def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
-    """The job the checks assume, and whether its sequence length is known."""
+    """The job the checks assume, and whether its sequence length is known. Precision and the
+    bytes per parameter follow the config's flags: FP8 training, FP8 parameter gather (weights
+    kept in FP8: 1 byte) and bf16 gradient reduction (main gradients in bf16: 2 bytes), as
+    Megatron's --fp8-format, --fp8-param-gather and --grad-reduce-in-bf16 do."""
     parsed = ctx.parsed
     if parsed.job is not None:
         return parsed.job, True
+    s = parsed.settings
     seq_len = parsed.seq_len or ctx.seq_len_option
     gbs = parsed.global_batch_size
-    if gbs is None:
-        local = parsed.settings.get("local_batch_size", layout.micro_batch_size)
-        gbs = layout.dp * int(local)  # type: ignore[call-overload]
-        ctx.notes.append(f"global batch not set: assumed data-parallel size x local batch = {gbs}"
-                         " (the frameworks' default)")
+    if gbs is None or not ctx.world_known:
+        local = s.local_batch_size or layout.micro_batch_size
+        if gbs is None:
+            ctx.notes.append("global batch not set: assumed data-parallel size x local batch = "
+                             f"{layout.dp * local} (the frameworks' default)")
+        gbs = layout.dp * local * (1 if ctx.world_known else layout.pp)
     if seq_len is None:
         # Any multiple of 2*cp*tp passes the sequence checks: they are skipped, not guessed.
         seq_len = 2 * layout.cp * layout.tp * 1024
@@ -287,12 +354,14 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
         known = False
     else:
         known = True
-    return Job(seq_len=seq_len, global_batch_size=gbs), known
+    optimizer = Optimizer(param_bytes=1 if s.fp8_param_gather else 2,
+                          grad_bytes=2 if s.grad_reduce_bf16 else 4)
+    return Job(seq_len=seq_len, global_batch_size=gbs, precision=s.precision,
+               optimizer=optimizer), known
 
 
-# ----- rules over one layout -----------------------------------------------------------------
-
-
+# unresolved keys that only decide the world size (checked without it, see world-size-unknown)
+_WORLD_KEYS = ("world", "nnodes", "nproc_per_node")
 # layout_problem's field -> the settings whose line a finding points at, best first
 _FIELD_KEYS = {"layout": ("tp", "pp", "dp"), "layout.cp": ("cp", "seq_len"),
                "layout.vpp": ("vpp", "layers_per_virtual_stage", "pp"),
@@ -306,6 +375,9 @@ def _check_layout(ctx: _Context, layout: Layout, candidate: PlanCandidate | None
     findings: list[Finding] = []
     job, seq_known = _job(ctx, layout)
     index = candidate.index if candidate else None
+    if not ctx.world_known:
+        # Only the rules that hold for every data-parallel size: experts need dp.
+        layout = layout.model_copy(update={"ep": 1, "etp": 1})
     if ctx.model is not None:
         world = layout.num_gpus if candidate is not None else ctx.world
         problem = layout_problem(layout, ctx.model, job, world)
@@ -329,7 +401,7 @@ def _check_layout(ctx: _Context, layout: Layout, candidate: PlanCandidate | None
     if placed is None:
         placed = _natural(ctx, grid)
     findings += group_findings(placed)
-    if ctx.model is not None and not degree_problem and seq_known:
+    if ctx.model is not None and not degree_problem and seq_known and ctx.world_known:
         findings += _memory(ctx, layout, job, index)
     return findings
 

@@ -48,6 +48,15 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "a plan's rank map puts a rank on another node or local rank than torchrun assigns"),
     Rule("rank-map-invalid", "error",
          "a plan's rank map is not one rank per healthy GPU with a complete grid of coordinates"),
+    Rule("setting-unresolved", "warning",
+         "a parallel degree is known only when the job runs (a variable the scheduler or the "
+         "caller sets, a branch on one): the layout checks were skipped"),
+    Rule("world-size-unknown", "warning",
+         "the world size is neither in the file nor given (--nodes): the rules that need it "
+         "were skipped and are named"),
+    Rule("model-unknown", "warning",
+         "the model is neither in the file nor given (--model): divisibility by heads, layers "
+         "and experts and the memory check were skipped"),
     Rule("no-parallel-settings", "info",
          "the file was read but holds no parallel settings, so nothing was checked"),
 )}

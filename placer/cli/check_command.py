@@ -5,13 +5,15 @@ from __future__ import annotations
 import click
 
 from placer.check import FORMATS, RULES, CheckOptions, check_paths, render
+from placer.check.world import parse_env
 from placer.errors import InputError
 from placer.spec.presets import load_cluster, load_model
 from placer.spec.text import decimal
 
 _EPILOG = """\b
-CONFIG: Megatron-LM launch script or argument list (any other extension), torchtitan
-TOML (.toml), DeepSpeed JSON (with --model), placer plan (plan.json) or layout file
+CONFIG: Megatron-LM / Megatron-DeepSpeed launch script or argument list (any other
+extension; read as bash would run it, #SBATCH headers included), torchtitan TOML (.toml),
+DeepSpeed JSON, GPT-NeoX YAML, NeMo YAML, placer plan (plan.json) or layout file
 (YAML/JSON with a `layout` key). Exit codes: 0 clean, 1 findings at or above --fail-on,
 2 unreadable input (a readable file with no parallel settings is an info finding,
 no-parallel-settings, not exit 2). Rules: placer check --list-rules.
@@ -25,7 +27,10 @@ no-parallel-settings, not exit 2). Rules: placer check --list-rules.
 @click.option("--model", "model_ref", metavar="M",
               help="model preset, model file or HF config.json (else from the config)")
 @click.option("--nodes", type=click.IntRange(min=1),
-              help="nodes, for configs that do not set their world size")
+              help="nodes, for configs that do not set their world size (a launch script "
+              "sees it as SLURM_NNODES, SLURM_JOB_NUM_NODES, NNODES, NUM_NODES, PET_NNODES)")
+@click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE",
+              help="a variable a launch script reads from its environment (repeatable)")
 @click.option("--seq-len", type=click.IntRange(min=1),
               help="sequence length, for configs that do not set one")
 @click.option("--candidate", default="all", show_default=True, metavar="N|all",
@@ -36,8 +41,8 @@ no-parallel-settings, not exit 2). Rules: placer check --list-rules.
               help="github: Actions annotations on the offending line; json: for other CI")
 @click.option("--list-rules", is_flag=True, help="print every rule id, severity and meaning")
 def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: str | None,
-                  nodes: int | None, seq_len: int | None, candidate: str, fail_on: str,
-                  fmt: str, list_rules: bool) -> int:
+                  nodes: int | None, env_items: tuple[str, ...], seq_len: int | None,
+                  candidate: str, fail_on: str, fmt: str, list_rules: bool) -> int:
     """Check parallel configs against a cluster: TP inside NVLink, EP/CP/PP placement,
     degrees, memory and rank maps."""
     if list_rules:
@@ -52,7 +57,8 @@ def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: 
     options = CheckOptions(
         cluster=load_cluster(cluster_ref) if cluster_ref else None,
         model=load_model(model_ref) if model_ref else None,
-        nodes=nodes, seq_len=seq_len, candidate=index)
+        nodes=nodes, seq_len=seq_len, candidate=index,
+        env=tuple(sorted(parse_env(env_items).items())))
     report = check_paths(configs, options, fail_on)
     if fmt == "text":
         for problem in report.problems:

@@ -1,0 +1,82 @@
+"""The bash reader of ``placer check`` against real bash: the same words for the same script.
+
+Each script ends with ``printf '<%s>\\n' WORDS``; bash prints the words it would pass to a
+command, and the evaluator must produce exactly those (bash is the independent truth).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from placer.check.shell import evaluate
+from placer.check.shell_arith import arithmetic
+
+BASH = shutil.which("bash")
+
+SCRIPTS = {
+    "quoted array elements split when expanded unquoted": (
+        'A=("--fp8-format hybrid" "--vocab-size 128256")\nA+=(--x "y z")\n'
+        "printf '<%s>\\n' ${A[@]} \"${A[@]}\" \"${A[*]}\" ${#A[@]}\n"),
+    "arithmetic with spaces and variables": (
+        "GPN=8\nMB=2\nNODES=4\nX=$(( ${GPN} * ${MB} * ${NODES} ))\nY=$((X / 3 - -2 ** 3))\n"
+        "printf '<%s>\\n' $X $Y $(( (X > 10) ? 7 : 9 )) $((X % 5)) $((-7 / 2)) $((0x10 + 010))\n"),
+    "defaults, assignment defaults and lengths": (
+        'E=""\nS=abc\nprintf \'<%s>\\n\' "${U:-d}" "${E:-d}" "${E-d}" "${U:=set}" "$U" '
+        '"${#S}" "${S:+alt}" "${S%c}" "${S#a}" "${S^^}" "${S/b/X}"\n'),
+    "string variables split, continuations and comments": (
+        'OPTS=" \\\n  --tp 4 \\\n  --pp 2"  # comment\nprintf \'<%s>\\n\' $OPTS "$OPTS" x$OPTS\n'),
+    "if and case on known values": (
+        'M="800M"\ncase "$M" in\n  "800M") TP=1 ;;\n  8B|16B) TP=4 ;;\n  *) exit 1 ;;\nesac\n'
+        'if [[ "$TP" -gt 2 ]]; then R=big; elif [ "$M" = "800M" ]; then R=small; else R=no; fi\n'
+        '[ -z "$TP" ] && TP=9\nprintf \'<%s>\\n\' $TP $R\n'),
+    "export, declare and heredocs": (
+        "export A=1 B=2\ndeclare -a ARR=(x y)\ncat <<EOF > /dev/null\nA=99 $(boom)\nEOF\n"
+        "printf '<%s>\\n' $A $B ${ARR[1]}\n"),
+    "loops over known lists and functions": (
+        "S=\nfor n in 1 2 3; do S=$S$n; done\nf() { G=$1; }\nf\nprintf '<%s>\\n' $S\n"),
+    "bash -c strings": ('L="--nproc 8"\nbash -c "printf \'<%s>\\n\' $L"\n'),
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="bash not installed")
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_words_match_real_bash(name: str) -> None:
+    script = SCRIPTS[name]
+    assert BASH is not None
+    out = subprocess.run([BASH, "-c", script], capture_output=True, text=True, timeout=10,
+                         env={"PATH": "/usr/bin:/bin"}, check=True).stdout
+    expected = [line[1:-1] for line in out.splitlines()]
+    words = [w.text for w in evaluate(script).words if w.command == "printf"]
+    assert words[2:] == expected  # printf and its format, then the words
+
+
+def test_unknown_values_are_not_guessed() -> None:
+    script = evaluate(
+        'N=${SLURM_NNODES:-1}\nH=$(hostname)\nA=("--data $1" "--tp 2")\n'
+        'if [ "$N" -gt 1 ]; then TP=8; else TP=4; fi\nif [ -n "$X" ]; then PP=2; fi\n'
+        "run ${A[@]} $H\n", runtime=("SLURM_NNODES",))
+    assert script.value("N") is None and script.value("H") is None
+    assert script.value("TP") is None  # the branches disagree on an unknown condition
+    assert [w.text for w in script.words] == ["run", "--data", None, "--tp", "2", None]
+    assert any("line 4: condition not known" in note for note in script.notes)
+    known = evaluate('N=${SLURM_NNODES:-1}\n', {"SLURM_NNODES": "4"}, ("SLURM_NNODES",))
+    assert known.value("N") == "4"
+
+
+def test_words_in_an_unknown_branch_are_marked() -> None:
+    script = evaluate('if [ -f x ]; then\n  run --fp8-format hybrid\nfi\nrun --tp 1\n')
+    conditional = {w.text: w.conditional for w in script.words}
+    assert conditional["--fp8-format"] == 1 and conditional["--tp"] is None
+
+
+def test_arithmetic_is_bash_integer_arithmetic() -> None:
+    values = {"A": "6", "B": "A*2", "E": ""}.get
+    assert arithmetic("A * B", values) == 72  # a variable's value is itself an expression
+    assert arithmetic("E + 1", values) == 1
+    assert arithmetic("2 ** 63", values) == -(2 ** 63)  # 64-bit wrap-around
+    assert arithmetic("UNSET + 1", values) is None
+    assert arithmetic("1 / 0", values) is None
+    assert arithmetic("__import__('os')", values) is None
