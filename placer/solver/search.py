@@ -27,6 +27,7 @@ from placer.solver.placement import (
     tp_capacity,
     traffic_weights,
 )
+from placer.solver.prefer import prefer_validated
 from placer.solver.reasons import memory_reason, no_degrees_reason
 from placer.solver.select import select_top
 from placer.solver.space import Degrees, degree_tuples, divisors, layout_key
@@ -258,9 +259,12 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     wall_s = time.perf_counter() - started
     stats = SearchStats(layouts_considered=table.layouts, layouts_feasible=len(rows),
                         solver_status=selection.status, wall_s=wall_s)
-    return RecommendResult(candidates, stats, _detail(table, rows, selection.status,
-                                                      selection.solves, costed, candidates,
-                                                      notes))
+    result = RecommendResult(candidates, stats, _detail(table, rows, selection.status,
+                                                        selection.solves, costed, candidates,
+                                                        notes))
+    return prefer_validated(result, job, lambda validated: recommend(
+        model, cluster, validated, top_k=top_k, profile=profile, time_limit_s=time_limit_s),
+        top_k)
 
 
 def _detail(table: TableStats, rows: list[Row], status: str, solves: int, costed: int,
