@@ -13,11 +13,12 @@ from placer.spec import Job, Layout, Model
 from placer.spec.model import MoE
 from placer.spec.presets import cluster_preset, model_preset
 
-# GPT 22B of Korthikanti et al. (Table 3): MHA, FFN = 4h, plain GeLU MLP.
+# GPT 22B of Korthikanti et al. (Table 3): MHA, FFN = 4h, plain GeLU MLP, Megatron's dropout 0.1.
 GPT22B = Model(name="gpt-22b", num_layers=48, hidden_size=6144, num_attention_heads=64,
                ffn_hidden_size=4 * 6144, gated_mlp=False, vocab_size=51200,
-               tied_embeddings=True)
+               tied_embeddings=True, hidden_dropout=0.1, attention_dropout=0.1)
 S = 2048
+NORM_STATS = 2 * 4  # fp32 rstd of the two norms per token (Table 2 leaves them out)
 
 
 def per_token(layout: Layout, flash: bool = False) -> float:
@@ -29,17 +30,20 @@ def per_token(layout: Layout, flash: bool = False) -> float:
 def test_korthikanti_table_2_tensor_parallel(t: int) -> None:
     h, a = 6144, 64
     expected = h * (10 + 24 / t + 5 * a * S / (h * t))  # bytes per token: sbh(...) / (sb)
-    assert per_token(Layout(tp=t)) == pytest.approx(expected)
+    assert per_token(Layout(tp=t)) == pytest.approx(expected + NORM_STATS)
 
 
 def test_korthikanti_table_2_sequence_parallel_and_selective() -> None:
     h, a, t = 6144, 64, 8
     sp = Layout(tp=t, sequence_parallel=True)
-    assert per_token(sp) == pytest.approx(h * (34 / t + 5 * a * S / (h * t)))
+    stats = NORM_STATS / t
+    assert per_token(sp) == pytest.approx(h * (34 / t + 5 * a * S / (h * t)) + stats)
     # Selective recomputation drops exactly the 5as/h score terms: 34/t with SP, 10 + 24/t without.
-    scores = 5 * a * S / t
-    assert per_token(sp) - scores == pytest.approx(h * 34 / t)
-    assert per_token(Layout(tp=t)) - scores == pytest.approx(h * (10 + 24 / t))
+    parts = activation_bytes_per_token(GPT22B, sp, False, flash_attention=False, seq_len=S)
+    assert parts.kept("selective") == pytest.approx(h * 34 / t + stats)
+    plain = activation_bytes_per_token(GPT22B, Layout(tp=t), False, flash_attention=False,
+                                       seq_len=S)
+    assert plain.kept("selective") == pytest.approx(h * (10 + 24 / t) + NORM_STATS)
 
 
 def test_full_recompute_keeps_only_the_layer_input() -> None:
@@ -51,12 +55,12 @@ def test_full_recompute_keeps_only_the_layer_input() -> None:
 
 def test_flash_attention_stores_no_scores_and_gqa_shrinks_k_v() -> None:
     mha = Model(name="mha", num_layers=2, hidden_size=4096, num_attention_heads=32,
-                ffn_hidden_size=4 * 4096, gated_mlp=False, vocab_size=1000)
+                ffn_hidden_size=4 * 4096, gated_mlp=False, vocab_size=1000, hidden_dropout=0.1)
     gqa = mha.model_copy(update={"num_kv_heads": 8})
     layout = Layout(tp=1)
     flash = activation_bytes_per_token(mha, layout, False)
     # 34h plus the fp32 log-sum-exp per head, nothing quadratic in s.
-    assert flash.total == pytest.approx(34 * 4096 + 4 * 32)
+    assert flash.total == pytest.approx(34 * 4096 + 4 * 32 + NORM_STATS)
     # K and V: 2 x 2 bytes x (g d) instead of (a d) per token.
     saved = activation_bytes_per_token(mha, layout, False).total - activation_bytes_per_token(
         gqa, layout, False).total
@@ -156,9 +160,12 @@ def test_moe_layer_keeps_expert_inputs_and_probabilities_not_outputs() -> None:
     parts = activation_bytes_per_token(moe, Layout(dp=4, ep=4), True, moe_load_imbalance=1.0)
     # Per routed copy: the first GEMM's input (2h), the gated activation's two inputs (2 x 2fe),
     # the second GEMM's input (2fe) and the fp32 router probability the activation applies;
-    # then the router input (2h), fp32 probabilities over experts and the dropout mask (h).
-    per_routed = 2 * h + 2 * 2 * fe + 2 * fe + 4
-    assert parts.mlp == pytest.approx(k * per_routed + 2 * h + 4 * e + h)
+    # then the router input (2h), fp32 probabilities over experts and their transposed copy,
+    # the int64 top-k indices, the bool routing map and one int64 sorted index per copy
+    # (no dropout: rate 0).
+    per_routed = 2 * h + 2 * 2 * fe + 2 * fe + 4 + 8
+    routing = 2 * 4 * e + 8 * k + e
+    assert parts.mlp_inner + 2 * h == pytest.approx(k * per_routed + 2 * h + routing)
 
 
 def test_deepspeed_zero3_holds_submodules_not_whole_layers() -> None:
@@ -170,9 +177,10 @@ def test_deepspeed_zero3_holds_submodules_not_whole_layers() -> None:
     deepspeed = memory_estimate(model, cluster, job, layout,
                                 CostOptions(zero3_max_live_params=1e9))
     h, v = 12288, 51200
-    # A layer's share of the stage's parameters (Megatron's count, no biases; the tied embedding
-    # and the final norm spread over the 96 layers).
-    layer = (96 * (12 * h * h + 2 * h) + v * h + h) / 96
+    # A layer's share of the stage's parameters (Megatron's count, no biases; the final norm
+    # spread over the 96 layers); the tied embedding (v h) is a smaller FSDP unit than a layer.
+    layer = (96 * (12 * h * h + 2 * h) + h) / 96
+    assert v * h < layer
     # FSDP: current and prefetched layer in bf16 plus one layer's fp32 gradients. DeepSpeed: the
     # 1e9 live-parameter limit (above the largest weight, 4h x h) plus the 5e7 prefetch bucket,
     # and a 5e8-parameter gradient bucket.

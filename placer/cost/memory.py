@@ -20,6 +20,7 @@ from placer.cost.options import (
 )
 from placer.cost.params import (
     StageShape,
+    embedding_params,
     largest_weight_params,
     stage_params,
     stage_shapes,
@@ -46,28 +47,88 @@ NCCL_BYTES_PER_COMMUNICATOR = 4 * 2**20 * 2 * 32
 # irregular allocation and freeing of activations and transient buffers, so it is applied to
 # those, not to weights and optimizer state allocated once.
 FRAGMENTATION_FRACTION = 0.15
-# Output logits and cross-entropy buffers: 4 bytes per vocabulary entry per token, as in
-# Megatron's estimator (4*s*b*V, conventions.md 9.2).
+# Output logits and cross-entropy: the forward keeps 4 bytes per vocabulary entry per token (the
+# fp32 softmax or log-softmax, as in Megatron's estimator, 4*s*b*V, conventions.md 9.2); the
+# peak comes in the loss backward. Megatron's vocab-parallel cross-entropy
+# (megatron/core/tensor_parallel/cross_entropy.py) works in place on the fp32 logits and turns
+# the saved softmax into the gradient, which is cast to bf16 for the output layer: 4 + 2 bytes.
+# An unfused ``F.cross_entropy(logits.float())`` (torchtitan) peaks at 12 bytes per entry in its
+# backward (fp32 log-softmax, its gradient, the input gradient and the bf16 copy), measured with
+# PyTorch's MemTracker in tests/test_memory_pytorch.py.
 LOGITS_BYTES_PER_ENTRY = 4
-# Token ids, positions and the embedding dropout mask held per in-flight micro-batch on the first
-# stage: Megatron's estimator adds 8*s*b (int64 ids) and s*b*h (mask) per micro-batch.
+FUSED_LOSS_PEAK_BYTES_PER_ENTRY = 6
+EAGER_LOSS_PEAK_BYTES_PER_ENTRY = 12
+# Token ids held per in-flight micro-batch on the first stage (int64, Megatron's estimator 8*s*b);
+# with hidden dropout the embedding's dropout mask adds one byte per element (s*b*h).
 EMBEDDING_ID_BYTES_PER_TOKEN = 8
 BF16_BYTES = 2
 FP8_BYTES = 1
+FP32_BYTES = 4
 ROUTER_PROB_BYTES = 4  # fp32 router probability kept per routed token
+# Routing bookkeeping Megatron-Core keeps for backward (moe/router.py, moe/moe_utils.py permute
+# and unpermute): the int64 top-k indices (the scatter into the routing map), the bool routing
+# map (masked_select's mask), the transposed fp32 probabilities masked_select keeps, and one
+# int64 sorted index per routed copy (index_select in permute, scatter_add in unpermute).
+TOPK_INDEX_BYTES = 8
+ROUTING_MAP_BYTES = 1
+SORTED_INDEX_BYTES = 8
+# A norm keeps its fp32 reciprocal standard deviation per token (the fused RMSNorm of TE and of
+# PyTorch's ``aten._fused_rms_norm`` save input, rstd and weight).
+NORM_STAT_BYTES = 4
 
 
 @dataclass(frozen=True)
 class ActivationParts:
-    """Bytes per token of one layer's stored activations, on one GPU."""
+    """Bytes per token one layer saves for backward on one GPU, by what saves them.
 
-    attention: float
-    mlp: float
-    checkpoint: float  # what full recomputation keeps: the layer input
+    ``total`` is what the layer keeps without recomputation. ``checkpoint`` is the layer input
+    (what full recomputation keeps); ``op_saved`` what torchtitan's op-level selective
+    checkpointing keeps beyond it; ``backward_working`` the gradient buffers alive at once inside
+    the layer's backward (measured: the first MLP GEMM's output gradient and one h-wide one).
+    """
+
+    norms: float  # both norms' inputs and fp32 rstd
+    linear_inputs: float  # inputs of the QKV projection and the first MLP linear (router input)
+    qkv: float  # q, k, v as the attention kernel saves them
+    core_out: float  # attention output, the output projection's input (+ its FP8 copy)
+    softmax: float  # log-sum-exp (flash) or scores, softmax and dropout mask (unfused)
+    mlp_inner: float  # activation inputs and second linear's input; MoE routed copies, probs
+    dropout: float  # hidden-dropout masks
+    checkpoint: float
+    op_saved: float
+    backward_working: float
 
     @property
     def total(self) -> float:
-        return self.attention + self.mlp
+        return (self.norms + self.linear_inputs + self.qkv + self.core_out + self.softmax
+                + self.mlp_inner + self.dropout)
+
+    def kept(self, recompute: str) -> float:
+        """What the layer holds between its forward and backward under ``recompute``.
+
+        ``selective`` is Megatron's core-attention recomputation: q, k, v are its checkpoint
+        inputs and its output is the projection's saved input, so only the softmax statistics
+        (or unfused scores) go. ``op`` is torchtitan's op-level selective checkpointing: the
+        layer input plus the outputs of SDPA and of every other matmul. ``full``: the input.
+        """
+        if recompute == "none":
+            return self.total
+        if recompute == "selective":
+            return self.total - self.softmax
+        if recompute == "op":
+            return self.checkpoint + self.op_saved
+        if recompute == "full":
+            return self.checkpoint
+        raise ValueError(f"unknown recompute mode {recompute!r}")
+
+    def backward_peak(self, recompute: str) -> float:
+        """Bytes above what is kept while this layer runs its backward: what it recomputes
+        first (full: the whole layer; op: all but what op-level checkpointing saved) and the
+        gradient working set."""
+        redo = {"full": self.total, "op": self.total - self.op_saved}.get(recompute, 0.0)
+        if recompute == "op":
+            redo -= self.checkpoint
+        return max(0.0, redo) + self.backward_working
 
 
 def _kv_heads_per_gpu(model: Model, tp: int) -> float:
@@ -75,47 +136,77 @@ def _kv_heads_per_gpu(model: Model, tp: int) -> float:
     return max(model.kv_heads / tp, 1.0)
 
 
+def _mlp_inner_bytes(ffn_local: float, gated: bool, lin: int, fused: bool) -> float:
+    """Per token, inside one (expert) MLP after its first linear: activation-function inputs,
+    and the second linear's input. Eager SwiGLU also keeps the SiLU output and the two halves
+    as separate GEMM outputs (``silu(w1 x) * w3 x``): 8 bytes per column instead of 6."""
+    if gated and not fused:
+        return 4 * BF16_BYTES * ffn_local
+    return BF16_BYTES * ffn_local * (2 if gated else 1) + lin * ffn_local
+
+
 def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
                                flash_attention: bool = True, seq_len: int = 0,
                                fp8: bool = False,
-                               moe_load_imbalance: float = MOE_LOAD_IMBALANCE) -> ActivationParts:
-    """Stored activation bytes per token of one layer on one GPU (Korthikanti, generalised).
+                               moe_load_imbalance: float = MOE_LOAD_IMBALANCE,
+                               fused_kernels: bool = True) -> ActivationParts:
+    """Saved activation bytes per token of one layer on one GPU (Korthikanti, generalised).
 
-    With a plain MHA model of FFN 4h, no flash attention and tp = t this is Table 2 exactly:
-    ``h (10 + 24/t + 5as/(ht))`` per token, ``34h/t`` with sequence parallelism.
-    ``seq_len`` (the attended length) only matters without flash attention. With ``fp8`` the
-    inputs of the linear layers are kept in FP8 for their backward GEMMs (Transformer Engine
-    saves the quantised input), one byte instead of two.
+    With a plain MHA model of FFN 4h, no flash attention, dropout and tp = t this is Table 2:
+    ``h (10 + 24/t + 5as/(ht))`` per token, ``34h/t`` with sequence parallelism (plus the norms'
+    fp32 statistics). ``seq_len`` (the attended length) only matters without flash attention.
+    With ``fp8`` Transformer Engine keeps the inputs of the linear layers in FP8 (1 byte).
+    Every term is checked against PyTorch blocks in tests/test_memory_pytorch.py.
     """
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
     t = layout.tp
     rep = 1.0 / t if layout.sequence_parallel else 1.0  # tensors TP would otherwise replicate
     kv = _kv_heads_per_gpu(model, t)
     b = BF16_BYTES
-    lin = FP8_BYTES if fp8 else BF16_BYTES  # inputs of linear layers
-    attention = (2 * b * h * rep  # two norm inputs (attention and MLP), counted here
-                 + lin * h * rep  # QKV projection input
-                 + b * a * d / t + 2 * b * kv * d  # Q, K, V
-                 + lin * a * d / t  # output projection input
-                 + h * rep)  # attention dropout mask (1 byte)
+    fused = fused_kernels
+    lin = FP8_BYTES if fp8 and fused else BF16_BYTES  # inputs of linear layers
+    # Megatron's SP linears save the local shard; DTensor saves the all-gathered input.
+    gathered = rep if fused else 1.0
+    heads = a / t
+    norms = 2 * (b * h + NORM_STAT_BYTES) * rep
+    attn_input = lin * h * gathered
+    if fused:
+        qkv = b * d * (heads + 2 * kv)
+        core_out = b * heads * d + (lin * heads * d if lin != b else 0.0)
+    else:  # torchtitan's repeat_kv copies K and V to the query heads (a view for one KV head)
+        qkv = b * d * (heads + 2 * (heads if kv > 1 else kv))
+        core_out = b * heads * d
     if flash_attention:
-        attention += 4 * a / t  # softmax log-sum-exp, fp32 per head
-    else:
-        attention += 5 * a * seq_len / t  # scores, softmax, dropout mask and output
+        softmax = FP32_BYTES * heads  # log-sum-exp per head
+    else:  # scores' softmax (2 bytes), and with attention dropout its mask and output (3 more)
+        softmax = (2 + (3 if model.attention_dropout > 0 else 0)) * heads * seq_len
+    dropout = 2 * h * rep if model.hidden_dropout > 0 else 0.0
+    # torchtitan op-level SAC: outputs of the 1st, 3rd, ... matmul and of SDPA. Eager order is
+    # wq, wk, wv, wo, w1, w3, w2 (wq, wv, w1, w2 kept); fused: qkv, wo, gate+up, w2.
+    sdpa = b * heads * d + FP32_BYTES * heads
+    gate = 2 if model.gated_mlp else 1
     if moe_layer and model.moe is not None:
-        mlp = _moe_mlp_bytes_per_token(model, layout, moe_load_imbalance, lin)
+        mlp_input, mlp_inner, op_mlp, working = _moe_parts(model, layout, moe_load_imbalance,
+                                                           lin, fused)
     else:
-        ffn = model.ffn_hidden_size
-        mlp = (lin * h * rep  # first linear input
-               + b * ffn * (2 if model.gated_mlp else 1) / t  # activation-function input(s)
-               + lin * ffn / t  # second linear input
-               + h * rep)  # MLP dropout mask
-    return ActivationParts(attention=attention, mlp=mlp, checkpoint=b * h * rep)
+        f = model.ffn_hidden_size / t
+        mlp_input = lin * h * gathered
+        mlp_inner = _mlp_inner_bytes(f, model.gated_mlp, lin, fused)
+        op_mlp = b * f * gate if fused else b * f + (b * h if model.gated_mlp else 0.0)
+        working = b * f * gate
+    op_attn = b * d * (heads + (2 * kv if fused else kv)) + sdpa
+    if layout.sequence_parallel and t > 1:
+        op_attn += 2 * b * h * rep  # the reduce-scatter outputs (in torchtitan's save list)
+    return ActivationParts(
+        norms=norms, linear_inputs=attn_input + mlp_input, qkv=qkv, core_out=core_out,
+        softmax=softmax, mlp_inner=mlp_inner, dropout=dropout, checkpoint=b * h * rep,
+        op_saved=op_attn + op_mlp, backward_working=working + b * h)
 
 
-def _moe_mlp_bytes_per_token(model: Model, layout: Layout, imbalance: float,
-                             lin: int) -> float:
-    """MoE block: router, dispatched copies of each token, expert MLPs, shared experts."""
+def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
+               fused: bool) -> tuple[float, float, float, float]:
+    """MoE block per local token: (router input, routed copies and expert MLPs and shared
+    experts, what op-level checkpointing keeps, backward working set)."""
     moe = model.moe
     assert moe is not None
     h, t, b = model.hidden_size, layout.tp, BF16_BYTES
@@ -124,16 +215,25 @@ def _moe_mlp_bytes_per_token(model: Model, layout: Layout, imbalance: float,
     # Routed tokens each GPU processes per local token (experts span tp x cp x dp).
     routed = moe.top_k * layout.etp / t * imbalance
     fe = moe.expert_ffn_hidden_size / layout.etp
-    # Permuted input (first expert GEMM's input), activation inputs, second GEMM's input and the
-    # token's fp32 router probability. The probability scales the activation inside the expert
-    # (Megatron-Core moe/experts.py: TEGroupedMLP.forward(..., permuted_probs) through
+    # Permuted input (first expert GEMM's input), the expert MLP, and the token's fp32 router
+    # probability. The probability scales the activation inside the expert (Megatron-Core
+    # moe/experts.py: TEGroupedMLP.forward(..., permuted_probs) through
     # weighted_bias_swiglu_impl; torchtitan's MoE scales the input, score_before_experts), so
     # the combine is a plain sum and keeps no copy of the expert output.
-    per_routed = lin * h + b * fe * gate + lin * fe + ROUTER_PROB_BYTES
+    per_routed = lin * h + _mlp_inner_bytes(fe, model.gated_mlp, lin, fused) + ROUTER_PROB_BYTES
     shared_ffn = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-    shared = moe.num_shared_experts * (b * shared_ffn * gate + lin * shared_ffn) / t
-    router = b * h * rep + 4 * moe.num_experts * rep  # router input and fp32 probabilities
-    return router + routed * per_routed + shared + h * rep
+    shared_ffn *= moe.num_shared_experts
+    shared = _mlp_inner_bytes(shared_ffn / t, model.gated_mlp, lin, fused) if shared_ffn else 0.0
+    router_input = b * h * rep
+    e = moe.num_experts
+    # fp32 router softmax, and its transposed copy; top-k indices; routing map; sorted indices.
+    probs = ((2 * FP32_BYTES + ROUTING_MAP_BYTES) * e + TOPK_INDEX_BYTES * moe.top_k) * rep
+    probs += SORTED_INDEX_BYTES * routed
+    # Op-level checkpointing keeps the router GEMM's output; grouped expert GEMMs are not in
+    # torchtitan's save list, so the experts are recomputed.
+    op = b * moe.num_experts * rep
+    working = b * routed * fe * gate + b * shared_ffn / t * gate
+    return router_input, probs + routed * per_routed + shared, op, working
 
 
 def microbatches_in_flight(layout: Layout, stage: int, num_microbatches: int) -> float:
@@ -171,14 +271,20 @@ def _zero_shards(layout: Layout) -> tuple[int, int]:
 def _activation_parts(model: Model, job: Job, layout: Layout,
                       options: CostOptions) -> tuple[ActivationParts, ActivationParts]:
     """Per-token activations of a dense and of an MoE layer (the same on every stage)."""
-    # Selective recomputation re-runs core attention, so its scores are never kept.
-    flash = options.flash_attention or layout.recompute == "selective"
     fp8 = job.precision == "fp8"
     return tuple(  # type: ignore[return-value]
-        activation_bytes_per_token(model, layout, moe, flash_attention=flash,
+        activation_bytes_per_token(model, layout, moe, flash_attention=options.flash_attention,
                                    seq_len=job.seq_len, fp8=fp8,
-                                   moe_load_imbalance=options.moe_load_imbalance)
+                                   moe_load_imbalance=options.moe_load_imbalance,
+                                   fused_kernels=options.fused_kernels)
         for moe in (False, True))
+
+
+def loss_peak_bytes_per_entry(options: CostOptions) -> int:
+    """Peak bytes per logit entry in the loss backward: fused (Megatron) or unfused (PyTorch)."""
+    if options.fused_kernels:
+        return FUSED_LOSS_PEAK_BYTES_PER_ENTRY
+    return EAGER_LOSS_PEAK_BYTES_PER_ENTRY
 
 
 def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
@@ -204,28 +310,30 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     imbalance = options.moe_load_imbalance
     dense_act, moe_act = acts
     dense_layers = shape.layers - shape.moe_layers
-    # The backward of a layer holds its activations and their gradients at once: one layer's
-    # worth on top of what is kept (with full recomputation, its recomputed activations too).
-    worst_layer = (moe_act.total if shape.moe_layers else dense_act.total) * tokens
-    if layout.recompute == "full":
-        # Inputs of every layer for every in-flight micro-batch, plus one layer recomputed.
-        kept = shape.layers * held * dense_act.checkpoint * tokens
-        activations = kept + 2 * worst_layer
-    else:
-        per_mb = (dense_layers * dense_act.total + shape.moe_layers * moe_act.total) * tokens
-        activations = per_mb * held + worst_layer
-    rep = 1.0 / layout.tp if layout.sequence_parallel else 1.0
+    recompute = layout.recompute
+    # Every in-flight micro-batch keeps what its layers keep; on top, the layer running its
+    # backward recomputes what was dropped and holds its gradient working set (measured with
+    # PyTorch in tests/test_memory_pytorch.py).
+    per_mb = (dense_layers * dense_act.kept(recompute)
+              + shape.moe_layers * moe_act.kept(recompute)) * tokens
+    worst = max((act.backward_peak(recompute) for act, n in
+                 ((dense_act, dense_layers), (moe_act, shape.moe_layers)) if n), default=0.0)
+    activations = per_mb * held + worst * tokens
     if shape.first:
-        activations += held * tokens * (EMBEDDING_ID_BYTES_PER_TOKEN + model.hidden_size * rep)
+        mask = model.hidden_size * (1.0 / layout.tp if layout.sequence_parallel else 1.0)
+        per_token = EMBEDDING_ID_BYTES_PER_TOKEN + (mask if model.hidden_dropout > 0 else 0.0)
+        activations += held * tokens * per_token
     logits = 0.0
     if shape.last:
-        logits = tokens * model.vocab_size / layout.tp * LOGITS_BYTES_PER_ENTRY
+        logits = tokens * model.vocab_size / layout.tp * loss_peak_bytes_per_entry(options)
     moe_buffers = 0.0
     if shape.moe_layers and model.moe is not None:
         routed = tokens * model.moe.top_k * layout.etp / layout.tp * imbalance
         moe_buffers = 2 * routed * model.hidden_size * BF16_BYTES  # dispatch + combine buffers
     transient = 0.0
-    layer_params = params.total / max(1, shape.layers)
+    ends = (int(shape.first) + int(shape.last and not (model.tied_embeddings and shape.first)))
+    body = params.total - ends * embedding_params(model) / layout.tp
+    layer_params = max(0.0, body) / max(1, shape.layers)
     if zero >= 3 and layout.pp > 1:
         # FSDP2 under pipelining (torchtitan's default) keeps the stage unsharded for the whole
         # step and accumulates unsharded gradients in the parameter dtype between micro-batches.
@@ -243,15 +351,19 @@ def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job
                      options: CostOptions) -> float:
     """Unsharded parameters and gradients ZeRO-3 holds at once (no pipelining).
 
-    FSDP gathers whole layers: the current one and the prefetched next, plus one layer's
-    gradients before their reduce-scatter. DeepSpeed fetches per submodule: the largest weight
-    in use plus what its live-parameter limit and prefetch bucket allow, and reduce-scatters
-    gradients from a fixed bucket (options.py).
+    FSDP gathers whole units: the current one and the prefetched next, plus one unit's
+    gradients before their reduce-scatter. The embedding and the output layer are units of their
+    own (torchtitan's ``fully_shard`` of ``tok_embeddings`` and of ``[norm, output]``), and with
+    a large vocabulary the biggest: Llama-3-8B's 525M-parameter output layer against 218M per
+    layer, the largest module DeepSpeed's ZeRO-3 estimator counts. DeepSpeed fetches per
+    submodule: the largest weight in use plus what its live-parameter limit and prefetch bucket
+    allow, and reduce-scatters gradients from a fixed bucket (options.py).
     """
     opt = job.optimizer
     limit = options.zero3_max_live_params
     if limit is None:
-        return layer_params * (2 * opt.param_bytes + opt.grad_bytes)
+        unit = max(layer_params, embedding_params(model) / layout.tp)
+        return (layer_params + unit) * opt.param_bytes + unit * opt.grad_bytes
     largest = largest_weight_params(model, layout)
     live = min(2 * layer_params, max(limit, largest) + DEEPSPEED_PREFETCH_BUCKET_PARAMS)
     grads = min(layer_params, DEEPSPEED_REDUCE_BUCKET_PARAMS)

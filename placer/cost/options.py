@@ -29,6 +29,12 @@ class CostOptions:
 
     flash_attention: bool = True
     """Fused attention: no s x s scores stored or moved; causal blocks skipped."""
+    fused_kernels: bool = True
+    """Megatron-Core / Transformer Engine kernels: fused QKV and gate+up projections, a fused
+    SwiGLU that saves only its input, contiguous q/k/v, and under sequence parallelism linears
+    that save the local shard. False: eager PyTorch modules as torchtitan's Llama (separate
+    projections, ``silu(w1 x) * w3 x``, ``repeat_kv``, DTensor saving the gathered input) and an
+    unfused fp32 cross-entropy (tests/test_memory_pytorch.py measures both)."""
     tp_comm_overlap: bool = False
     """TP collectives pipelined with the layer's GEMMs (Megatron --tp-comm-overlap, async TP)."""
     dp_comm_overlap: bool = True

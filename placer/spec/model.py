@@ -50,6 +50,14 @@ class Model(Spec):
         default=None, ge=0, le=10_000,
         description="how many layers use the window (default: all; GPT-OSS alternates: half)"
     )
+    hidden_dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="dropout before each residual add (GPT-3/Megatron 0.1; Llama, Qwen 0): a "
+        "kept 1-byte mask per element")
+    attention_dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="dropout on the attention probabilities (kept as a mask only by unfused "
+        "attention; flash attention regenerates it)")
     moe: MoE | None = None
 
     @model_validator(mode="after")
