@@ -102,3 +102,31 @@ def test_a_step_of_days_is_warned_about() -> None:
     job = Job(seq_len=8192, global_batch_size=4194304)
     assert step_time_warnings(496_693.0, job, 64)[0].startswith("the best layout takes 138.0 h")
     assert step_time_warnings(12.0, job, 64) == []
+
+
+def test_overlaps_and_moe_imbalance_reach_the_runtime_and_the_step(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    moe = ["--model", "mixtral-8x7b", "--layout", "tp=1,dp=8,ep=8,zero=1"]
+    base = [a for a in ESTIMATE if a not in ("--model", "llama3-8b", "--layout",
+                                             "tp=1,dp=8,zero=1")]
+    times = []
+    for imbalance in ("1.0", "2.0"):
+        code, out, err = cli([*base, *moe, "--moe-imbalance", imbalance], capsys)
+        assert code == 0, err
+        times.append(json.loads(out)["step_time_s"])
+    assert times[1] > times[0]  # the busiest expert rank sets the pace
+    model = model_preset("llama3-8b")
+    job, _ = resolve_job(model, seq_len=None, global_batch=None,
+                         knobs=JobKnobs(overlaps="tp,dp_grad", moe_imbalance=1.5))
+    assert job.runtime.overlaps == ("tp", "dp_grad") and job.runtime.moe_load_imbalance == 1.5
+    none, _ = resolve_job(model, seq_len=None, global_batch=None, knobs=JobKnobs(overlaps="none"))
+    assert none.runtime.overlaps == ()
+
+
+def test_the_default_stack_is_stated_and_used() -> None:
+    job, used = resolve_job(model_preset("llama3-8b"), seq_len=None, global_batch=None)
+    assert job.stack is not None and job.stack.startswith("megatron-core@")
+    assert any(line.startswith(f"stack={job.stack} ") and "set --stack" in line for line in used)
+    chosen, used = resolve_job(model_preset("llama3-8b"), seq_len=None, global_batch=None,
+                               knobs=JobKnobs(stack="torchtitan"))
+    assert chosen.stack == "torchtitan" and not any(line.startswith("stack=") for line in used)

@@ -49,6 +49,12 @@ _JOB_KNOB_OPTIONS = (
                  help="training stack: preset (megatron-core@0.20, torchtitan@0.2, "
                       "deepspeed@0.19, nemo-automodel@0.5; a bare name takes the newest) or "
                       "stack file; only layouts it runs, with its defaults"),
+    click.option("--overlap", "overlaps", metavar="LIST",
+                 help="communication hidden behind compute: tp,dp_grad,param_gather,cp,ep,p2p "
+                      "or none  [default: the stack's]"),
+    click.option("--moe-imbalance", type=click.FloatRange(1.0, 64.0), metavar="F",
+                 help="tokens the busiest expert rank gets, as a multiple of the mean "
+                      "[default: the stack's, else 1.25]"),
 )
 _KNOB_NAMES = tuple(f.name for f in fields(JobKnobs))
 

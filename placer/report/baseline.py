@@ -217,11 +217,17 @@ def rule_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
                     f"of {gib(mem.capacity_bytes)} GiB")
 
 
+def stack_family(job: Job) -> str:
+    """``megatron-core`` of ``megatron-core@0.20``: what a recipe's ``stack`` names."""
+    return job.stack.split("@", 1)[0] if job.stack else DEFAULT_STACK
+
+
 def common_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
                    estimate_fn: EstimateFn, profile: Any = None,
-                   stack: str = DEFAULT_STACK) -> Baseline:
-    """The published recipe when one transfers and fits, else the engineer's rule; a rule
-    baseline's note says why no recipe was used (when one was near)."""
+                   stack: str | None = None) -> Baseline:
+    """The published recipe of the job's stack when one transfers and fits, else the engineer's
+    rule; a rule baseline's note says why no recipe was used (when one was near)."""
+    stack = stack or stack_family(job)
     found, why = recipe_default(model, cluster, job, num_gpus, estimate_fn, profile, stack)
     if found is not None:
         return found

@@ -52,6 +52,13 @@ class JobKnobs:
     optimizer: str | None = None
     allow_tp_outside_nvlink: bool | None = None
     stack: str | None = None
+    overlaps: str | None = None
+    moe_imbalance: float | None = None
+
+
+DEFAULT_STACK = "megatron-core"
+"""The stack a job without ``--stack`` is planned for: the newest Megatron-Core preset, the
+framework of the published recipes the baseline uses (NeMo, Megatron-Bridge)."""
 
 
 NO_KNOBS = JobKnobs()
@@ -128,11 +135,37 @@ def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
         fields["allow_tp_outside_nvlink"] = knobs.allow_tp_outside_nvlink
     if knobs.stack is not None:
         fields["stack"] = knobs.stack
+    elif fields.get("stack") is None:
+        from placer.spec.stack import load_stack
+
+        fields["stack"] = load_stack(DEFAULT_STACK).name
+        used.append(f"stack={fields['stack']} (the newest {DEFAULT_STACK} preset: only layouts "
+                    "it runs; set --stack)")
+    runtime = dict(fields.get("runtime") or {})
+    if knobs.overlaps is not None:
+        runtime["overlaps"] = _overlaps(knobs.overlaps)
+    if knobs.moe_imbalance is not None:
+        runtime["moe_load_imbalance"] = knobs.moe_imbalance
+    if runtime:
+        fields["runtime"] = runtime
     if knobs.memory_headroom_gib is not None:
         fields["memory_headroom"] = headroom_fraction(knobs.memory_headroom_gib,
                                                       gpu_capacity_bytes)
     job = validated(Job, fields, str(knobs.job_file) if knobs.job_file else "job")
     return job, used
+
+
+def _overlaps(text: str) -> tuple[str, ...]:
+    """``--overlap tp,dp_grad`` (or ``none``) as the runtime's overlaps."""
+    from placer.spec.runtime import OVERLAPS
+
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in OVERLAPS]
+    if unknown or not names:
+        raise InputError("--overlap", text, f"list of {', '.join(OVERLAPS)}, or none")
+    return names
 
 
 def headroom_fraction(gib: float, capacity_bytes: int | None) -> float:
