@@ -144,6 +144,11 @@ def render_launch_sh(placement: Placement, script: str = DEFAULT_SCRIPT,
         f"script=${{PLACER_SCRIPT:-{quote(script, 'script', '--script')}}}",
         "",
         'export PLACER_NODE_TYPE="${NODE_TYPES[$node_rank]}"',
+        'if [[ -z "${PLACER_RANKMAP:-}" && ! -e "$HERE/rankmap.json"',
+        '      && -e "$HERE/rankmap.json.gz" ]]; then',
+        "  # The Kubernetes ConfigMap carries the rank map gzipped (ConfigMaps hold 1 MiB).",
+        '  PLACER_RANKMAP="$HERE/rankmap.json.gz"',
+        "fi",
         'export PLACER_RANKMAP="${PLACER_RANKMAP:-$HERE/rankmap.json}"',
         "# The training script imports placer_mesh from this directory.",
         'export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"',
@@ -223,10 +228,24 @@ def render_sbatch(placement: Placement) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Files the pods read from the ConfigMap; the rank map goes gzipped (see KUBE_RANKMAP).
+KUBE_FILES = ("launch.sh", "env.sh", "placer_mesh.py")
+KUBE_RANKMAP = "rankmap.json.gz"
+# Kubernetes caps a ConfigMap's data at 1 MiB (k8s.io/api core/v1 ConfigMap: "The total size of
+# the data ... must be less than 1MiB"; apimachinery validation uses MaxSecretSize = 1 MiB).
+KUBE_CONFIGMAP_MAX_BYTES = 1024 * 1024
+# The operator names pods and services <job>-master-0 and <job>-worker-<i> (services are
+# DNS-1035 labels of at most 63 characters), so the job name keeps room for that suffix.
+KUBE_NAME_MAX = 50
+
+
 def kubernetes_name(job_name: str) -> str:
-    """A DNS-1123 label from the job name (Kubernetes object names)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", job_name.lower()).strip("-")[:50].strip("-")
-    return name or "placer-job"
+    """A DNS-1035 label from the job name: lower-case letters, digits and '-', starting with a
+    letter (the PyTorchJob's services are named after it, and Service names are DNS-1035)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", job_name.lower()).strip("-")
+    if name and not name[0].isalpha():
+        name = "job-" + name
+    return name[:KUBE_NAME_MAX].strip("-") or "placer-job"
 
 
 def render_pytorchjob(placement: Placement, master_port: int = DEFAULT_MASTER_PORT) -> str:
@@ -268,7 +287,11 @@ def render_pytorchjob(placement: Placement, master_port: int = DEFAULT_MASTER_PO
     notes = [
         f"pytorchjob.yaml: job {plan.job.name} (layout {placement.layout}) on Kubeflow "
         "(Training Operator v1).",
-        f"1. kubectl create configmap {configmap} --from-file=<this directory>",
+        "1. from this directory (the rank map goes gzipped: a ConfigMap holds at most 1 MiB):",
+        "   gzip -9nkf rankmap.json &&",
+        f"   kubectl create configmap {configmap} \\",
+        "     " + " ".join(f"--from-file={f}" for f in KUBE_FILES) + " \\",
+        f"     --from-file={KUBE_RANKMAP}",
         "2. set image to a training image that holds your script and torch, then "
         "kubectl apply -f pytorchjob.yaml",
         "Each pod runs launch.sh: node rank from PET_NODE_RANK (Master 0, Worker i = i+1), "

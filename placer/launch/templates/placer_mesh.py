@@ -16,6 +16,7 @@ placer optimised would silently not be the one that runs), pins the GPU, then bu
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -49,19 +50,26 @@ class PlacerMeshError(RuntimeError):
 
 
 def default_rankmap_path() -> Path:
-    """``$PLACER_RANKMAP`` if set, else ``rankmap.json`` next to this module."""
+    """``$PLACER_RANKMAP`` if set, else ``rankmap.json`` next to this module, else its gzip
+    (``rankmap.json.gz``: the Kubernetes ConfigMap carries it compressed to stay under 1 MiB)."""
     env = os.environ.get("PLACER_RANKMAP")
-    return Path(env) if env else Path(__file__).resolve().with_name("rankmap.json")
+    if env:
+        return Path(env)
+    plain = Path(__file__).resolve().with_name("rankmap.json")
+    packed = plain.with_name("rankmap.json.gz")
+    return packed if packed.exists() and not plain.exists() else plain
 
 
 def load_rankmap(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Read and validate a rank map file (see :func:`validate_rankmap`)."""
+    """Read and validate a rank map file, plain or gzip (see :func:`validate_rankmap`)."""
     path = Path(path) if path is not None else default_rankmap_path()
     try:
-        text = path.read_text()
-    except OSError as exc:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise PlacerMeshError(
-            f"cannot read the rank map {path}: {exc.strerror or exc}; pass its path to setup() "
+            f"cannot read the rank map {path}: {getattr(exc, 'strerror', None) or exc}; pass its "
+            "path to setup() "
             "or set PLACER_RANKMAP"
         ) from exc
     try:
