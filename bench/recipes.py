@@ -42,6 +42,7 @@ from placer.spec.layout import layout_problem  # noqa: E402
 from placer.spec.presets import cluster_preset, model_preset  # noqa: E402
 from placer.spec.recipe import Recipe, published_recipes  # noqa: E402
 from placer.spec.results import Estimate  # noqa: E402
+from placer.spec.stack import stack_names  # noqa: E402
 
 GAIN_LIMIT = 0.10  # issue 16: #1 never predicted more than 10 % faster than a published recipe
 SHORT_SEQ = 8192  # issue 16: no #1 with CP > 2 at sequences <= 8K unless beyond the error
@@ -105,8 +106,9 @@ class Outcome:
 def evaluate(recipe: Recipe, top: int) -> Outcome:
     model = model_preset(recipe.model)
     cluster = cluster_for(recipe)
+    stack = recipe.stack if recipe.stack in {n.split("@")[0] for n in stack_names()} else None
     job = Job(name="recipe", seq_len=recipe.seq_len, global_batch_size=recipe.global_batch_size,
-              precision=recipe.precision)
+              precision=recipe.precision, stack=stack)
     layout = recipe.parsed_layout()
     started = time.perf_counter()
     problem = layout_problem(layout, model, job, recipe.num_gpus)
