@@ -76,6 +76,17 @@ def initial(params: list[Parameter]) -> dict[str, Any]:
     return values
 
 
+def merge(prior: dict[str, Any], fitted: dict[str, Any]) -> dict[str, Any]:
+    """``prior`` with every constant ``fitted`` has replaced (fitted wins)."""
+    gemm = {f: dict(v) for f, v in prior["gemm"].items()}
+    for family, fields in fitted["gemm"].items():
+        gemm.setdefault(family, {}).update(fields)
+    out: dict[str, Any] = {"gemm": gemm,
+                           "networks": {**prior["networks"], **fitted["networks"]}}
+    out.update({name: fitted.get(name, prior[name]) for name in GLOBALS})
+    return out
+
+
 def get(values: dict[str, Any], p: Parameter) -> float:
     if p[0] == "*":
         return float(values[p[1]])
@@ -97,23 +108,47 @@ def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
     return new
 
 
+_PREDICTED: dict[tuple[str, str], float] = {}
+
+
+def _relevant(values: dict[str, Any], case: accuracy.Case) -> str:
+    """The constants one case's estimate depends on (its family's GEMM fields, the shared ones,
+    its network), as a key: a trial that moves another family's constant reuses the estimate."""
+    family = values["gemm"].get(case.family, {})
+    network = values["networks"].get(case.cluster.name)
+    shared = tuple(values[name] for name in GLOBALS)
+    return repr((sorted(family.items()), shared, network))
+
+
+def predicted_tps(cases: list[accuracy.Case], values: dict[str, Any]) -> list[float]:
+    tune = accuracy.tune_from(values)
+    out = []
+    for case in cases:
+        key = (case.record_id, _relevant(values, case))
+        if key not in _PREDICTED:
+            _PREDICTED[key] = accuracy.run([case], tune)[0].predicted_tps
+        out.append(_PREDICTED[key])
+    return out
+
+
 def loss(cases: list[accuracy.Case], values: dict[str, Any]) -> float:
-    outcomes = accuracy.run(cases, accuracy.tune_from(values))
-    errors = [abs(math.log(o.predicted_tps / o.case.reported_tps)) for o in outcomes]
+    predicted = predicted_tps(cases, values)
+    errors = [abs(math.log(p / c.reported_tps)) for p, c in zip(predicted, cases, strict=True)]
     return sum(errors) / len(errors)
 
 
-def fit(cases: list[accuracy.Case]) -> dict[str, Any]:
+def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES
+        ) -> dict[str, Any]:
     """Coordinate search: each constant in turn over a shrinking grid, restarted until the
     restart no longer improves the loss (the constants interact, so one sweep stops early)."""
     measured = [c for c in cases if not c.oom]
     params = parameters(measured)
     values = initial(params)
     best = loss(measured, values)
-    for _ in range(CYCLES):
+    for _ in range(cycles):
         before = best
         step = 0.5
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for p in params:
                 current = get(values, p)
                 floor = STEP_FLOOR.get(p[1], STEP_FLOOR["network"] if p[0] == "network" else 0.05)
