@@ -86,11 +86,18 @@ def test_overlap_options_change_only_what_they_overlap() -> None:
     base = estimate(model, cluster, job, layout)
     no_dp_overlap = estimate(model, cluster, job, layout,
                              options=CostOptions(dp_comm_overlap=False))
+    # TP overlap pipelines the sequence-parallel all-gather/reduce-scatter with the GEMMs
+    # (Megatron refuses --tp-comm-overlap without --sequence-parallel): an all-reduce stays.
     tp_overlap = estimate(model, cluster, job, layout, options=CostOptions(tp_comm_overlap=True))
+    sp = layout.model_copy(update={"sequence_parallel": True})
+    sp_base = estimate(model, cluster, job, sp)
+    sp_overlap = estimate(model, cluster, job, sp, options=CostOptions(tp_comm_overlap=True))
     unfused = estimate(model, cluster, job, layout, options=CostOptions(flash_attention=False))
     assert no_dp_overlap.breakdown.dp_exposed_s > base.breakdown.dp_exposed_s
     assert no_dp_overlap.breakdown.compute_s == base.breakdown.compute_s
-    assert tp_overlap.breakdown.tp_exposed_s < base.breakdown.tp_exposed_s
+    assert tp_overlap.breakdown.tp_exposed_s == base.breakdown.tp_exposed_s
+    assert sp_overlap.breakdown.tp_exposed_s < sp_base.breakdown.tp_exposed_s
+    assert sp_overlap.breakdown.compute_s == sp_base.breakdown.compute_s
     assert unfused.step_time_s > base.step_time_s
 
 

@@ -82,7 +82,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
     t = layout.tp
     tokens = tokens_per_gpu(job, layout)
-    imbalance = options.moe_load_imbalance
+    imbalance = options.routed_imbalance
     kv_local = layout.kv_heads_per_gpu(model.kv_heads)
     gate = mlp_matrices(model) - 1  # 2 for gated (gate and up fused), 1 otherwise
     gemms: list[tuple[float, int]] = [

@@ -26,6 +26,7 @@ from placer.cost.params import (
     stage_shapes,
     total_params,
 )
+from placer.cost.pipeline import microbatches_in_flight, parameter_copies
 from placer.cost.profile import bounding_node_type
 from placer.cost.stack_options import job_options
 from placer.spec.cluster import Cluster
@@ -236,22 +237,6 @@ def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
     return router_input, probs + routed * per_routed + shared, op, working
 
 
-def microbatches_in_flight(layout: Layout, stage: int, num_microbatches: int) -> float:
-    """Micro-batches whose activations a stage holds at its peak, in units of full stages.
-
-    1F1B: stage r holds ``min(p - r, m)``. Interleaved (Megatron): rank r runs
-    ``2(p - r - 1) + (v - 1)p`` warm-up chunks plus one, each 1/v of its layers, which for r = 0
-    is Megatron's ``p (1 + (p - 1)/(p v))`` (conventions.md 9.2).
-    """
-    p, v, m = layout.pp, layout.vpp, max(1, num_microbatches)
-    if p == 1:
-        return 1.0
-    if v == 1:
-        return float(min(p - stage, m))
-    chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
-    return chunks / v
-
-
 @dataclass(frozen=True)
 class _StageMemory:
     weights: float
@@ -264,8 +249,9 @@ class _StageMemory:
 
 
 def _zero_shards(layout: Layout) -> tuple[int, int]:
-    """How many ways dense and expert state are sharded by ZeRO (dp x cp, and expert-dp)."""
-    return layout.dp * layout.cp, layout.expert_dp
+    """How many ways dense and expert state are sharded by ZeRO: dp x cp and expert-dp, or
+    the HSDP shard groups (Layout.zero_group)."""
+    return layout.zero_group, layout.expert_zero_group
 
 
 def _activation_parts(model: Model, job: Job, layout: Layout,
@@ -275,7 +261,7 @@ def _activation_parts(model: Model, job: Job, layout: Layout,
     return tuple(  # type: ignore[return-value]
         activation_bytes_per_token(model, layout, moe, flash_attention=options.flash_attention,
                                    seq_len=job.seq_len, fp8=fp8,
-                                   moe_load_imbalance=options.moe_load_imbalance,
+                                   moe_load_imbalance=options.routed_imbalance,
                                    fused_kernels=options.fused_kernels)
         for moe in (False, True))
 
@@ -293,21 +279,22 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     opt = job.optimizer
     params = stage_params(model, layout, shape)
     dense_shard, expert_shard = _zero_shards(layout)
-    zero = layout.zero_stage
+    zero = layout.effective_zero_stage  # ZeRO over a single rank changes nothing
 
     def sharded(count_dense: float, count_expert: float, stage_from: int) -> float:
         if zero >= stage_from:
             return count_dense / dense_shard + count_expert / expert_shard
         return count_dense + count_expert
 
-    weights = sharded(params.dense, params.expert, 3) * opt.param_bytes
-    gradients = sharded(params.dense, params.expert, 2) * opt.grad_bytes
-    optimizer = sharded(params.dense, params.expert, 1) * opt.sharded_state_bytes
+    copies = parameter_copies(layout)  # DualPipe holds two stages' parameters per rank
+    weights = copies * sharded(params.dense, params.expert, 3) * opt.param_bytes
+    gradients = copies * sharded(params.dense, params.expert, 2) * opt.grad_bytes
+    optimizer = copies * sharded(params.dense, params.expert, 1) * opt.sharded_state_bytes
 
     tokens = layout.micro_batch_size * job.seq_len / layout.cp  # per GPU per micro-batch
     m = layout.num_microbatches(job.global_batch_size)
     held = microbatches_in_flight(layout, shape.stage, m)
-    imbalance = options.moe_load_imbalance
+    imbalance = options.routed_imbalance
     dense_act, moe_act = acts
     dense_layers = shape.layers - shape.moe_layers
     recompute = layout.recompute
@@ -334,11 +321,14 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     ends = (int(shape.first) + int(shape.last and not (model.tied_embeddings and shape.first)))
     body = params.total - ends * embedding_params(model) / layout.tp
     layer_params = max(0.0, body) / max(1, shape.layers)
-    if zero >= 3 and layout.pp > 1:
+    if zero >= 3 and layout.zero3_per_step:
         # FSDP2 under pipelining (torchtitan's default) keeps the stage unsharded for the whole
         # step and accumulates unsharded gradients in the parameter dtype between micro-batches.
         weights += params.total * opt.param_bytes
         gradients += params.total * opt.param_bytes
+    elif zero >= 3 and not layout.reshards_after_forward:
+        # Gathered in the forward and kept for the backward: the stage's weights at once.
+        transient = params.total * opt.param_bytes + layer_params * opt.grad_bytes
     elif zero >= 3:
         transient = _zero3_transient(model, layout, layer_params, job, options)
     elif zero == 2:

@@ -65,6 +65,14 @@ class CostOptions:
     moe_capacity_factor: float | None = None
     """Expert capacity as a multiple of the mean load (tokens beyond it dropped); None: dropless."""
 
+    @property
+    def routed_imbalance(self) -> float:
+        """Load on the busiest expert rank as a multiple of the mean: the imbalance, capped by
+        the capacity factor when tokens beyond capacity are dropped (GShard, Switch)."""
+        if self.moe_capacity_factor is None:
+            return self.moe_load_imbalance
+        return max(1.0, min(self.moe_load_imbalance, self.moe_capacity_factor))
+
     def __post_init__(self) -> None:
         if not 1.0 <= self.moe_load_imbalance <= 64.0:
             raise ValueError("moe_load_imbalance must be between 1 and 64")

@@ -20,8 +20,10 @@ from placer.cost.compute import (
     ACTIVATION_BYTES,
     ATTENTION_BACKWARD_RATIO,
     ZERO_TIMES,
+    LayerWork,
     PassTimes,
     attention_forward_s,
+    gemm_time,
     layer_work,
     logits_work,
     model_flops_per_step,
@@ -30,10 +32,12 @@ from placer.cost.compute import (
     recompute_flops_per_step,
     tokens_per_gpu,
 )
-from placer.cost.groups import GroupLinks, group_links
+from placer.cost.dispatch import dispatch_message
+from placer.cost.groups import GroupLinks, group_links, representative_groups
 from placer.cost.memory import memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
+from placer.cost.pipeline import bubble_s
 from placer.cost.profile import Calibration, calibration_for
 from placer.cost.stack_options import job_options
 from placer.dims import DEFAULT_ORDER, PART_GROUP, PART_ORDER, PRICED_GROUPS, Group, Part
@@ -167,14 +171,43 @@ def estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     calib = calibration_for(cluster, profile)
     links = group_links(cluster, layout, tuple(order), placement, groups,
                         experts=model.moe is not None)
-    return estimate_with(model, cluster, job, layout, tuple(order), links, calib, options)
+    replicas = None
+    if layout.zero_replicas > 1 and Group.DP_CP in links:
+        links, replicas = _hsdp_links(cluster, layout, tuple(order), placement, links,
+                                      groups.get(Group.DP_CP) if groups else None)
+    return estimate_with(model, cluster, job, layout, tuple(order), links, calib, options,
+                         replicas)
+
+
+def _hsdp_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
+                placement: Sequence[int] | None, links: GroupLinks,
+                members: list[int] | None) -> tuple[GroupLinks, GroupLink]:
+    """HSDP: the ZeRO shard group (the innermost ``dp_shard`` ranks of dp x cp, torchtitan's
+    ``dp_shard`` mesh axis inside ``dp_replicate``) replaces dp x cp, and the replica group
+    (every ``dp_shard``-th rank) all-reduces each shard's gradients once per step."""
+    from placer.topology import topology_of
+
+    if members is None:
+        members = representative_groups(layout, order, experts=False)[Group.DP_CP]
+    ordered = sorted(members)
+    shard = ordered[:layout.zero_group]
+    replica = ordered[::layout.zero_group]
+    topo = topology_of(cluster)
+
+    def link(group: list[int]) -> GroupLink:
+        return topo.group_link(group if placement is None else [placement[i] for i in group],
+                               concurrent="all")
+
+    return {**links, Group.DP_CP: link(shard)}, link(replica)
 
 
 def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                   order: tuple[str, ...], links: GroupLinks, calib: Calibration,
-                  options: CostOptions = DEFAULT_OPTIONS) -> Estimate:
-    """``estimate`` with the group links and hardware constants already resolved."""
-    imb = options.moe_load_imbalance if model.moe is not None else 1.0
+                  options: CostOptions = DEFAULT_OPTIONS,
+                  replicas: GroupLink | None = None) -> Estimate:
+    """``estimate`` with the group links and hardware constants already resolved; with HSDP
+    ``links[DP_CP]`` is the shard group and ``replicas`` the replica group (``_hsdp_links``)."""
+    imb = options.routed_imbalance if model.moe is not None else 1.0
     ledger = _Ledger()
     m = max(1, layout.num_microbatches(job.global_batch_size))
     shapes = stage_shapes(model, layout)
@@ -191,7 +224,14 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                       is_layer=False)
 
     tp_layer = _tp_per_layer(model, layout, links, calib, tokens)
-    ep_layer = _ep_per_layer(model, layout, links, calib, tokens, imb)
+    tp_dense = _tp_overlapped_layer_s(tp_layer, dense_work, False, layout, calib, precision)
+    tp_moe = (_tp_overlapped_layer_s(tp_layer, layer_work(model, job, layout, True, options),
+                                     True, layout, calib, precision)
+              if model.moe is not None else 0.0)
+    ep_layer = _ep_per_layer(model, layout, links, calib, tokens, imb, options.moe_dispatcher)
+    # The other micro-batch's compute hides the dispatch (Megatron
+    # --overlap-moe-expert-parallel-comm; DualPipe's overlapped forward-backward chunks).
+    ep_hidden = options.ep_comm_overlap or layout.pipeline_schedule in ("dualpipe", "dualpipev")
     attn_fwd = attention_forward_s(dense_work, calib)
     stage_times = []
     by_shape: dict[tuple[int, int, bool, bool], _StageTime] = {}  # a deep pipeline repeats shapes
@@ -201,18 +241,21 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
             compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
             if shape.last:
                 compute = compute + head
-            cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd)
+            cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
+                               options.cp_comm_overlap)
             zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute)
             tp_s = tp_layer.exposed_s * shape.layers
-            if options.tp_comm_overlap and tp_s > 0:
-                # Pipelined with the GEMMs in tp chunks: the first chunk cannot hide.
-                tp_s = max(_overlapped(tp_s, compute.gemm_s, calib), tp_s / layout.tp)
-            by_shape[key] = _StageTime(compute=compute, tp_s=tp_s, cp_s=cp_s,
-                                       ep_s=ep_layer.exposed_s * shape.moe_layers, zero_s=zero_s)
+            if options.tp_comm_overlap and tp_s > 0 and layout.sequence_parallel:
+                tp_s = (tp_dense * (shape.layers - shape.moe_layers)
+                        + tp_moe * shape.moe_layers)
+            ep_s = ep_layer.exposed_s * shape.moe_layers
+            if ep_hidden and ep_s > 0:
+                ep_s = _overlapped(ep_s, compute.total_s, calib)
+            by_shape[key] = _StageTime(compute=compute, tp_s=tp_s, cp_s=cp_s, ep_s=ep_s,
+                                       zero_s=zero_s)
         stage_times.append(by_shape[key])
     worst = max(stage_times, key=lambda s: s.total_s)
     worst_shape = shapes[stage_times.index(worst)]
-    mean_stage = sum(s.total_s for s in stage_times) / len(stage_times)
 
     # Ledger entries for the per-micro-batch collectives (worst stage, whole step).
     tp_layer.record(ledger, m * worst_shape.layers, m * worst.tp_s)
@@ -222,13 +265,15 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                    m * worst.cp_s)
     _record_zero(ledger, model, layout, job, links, calib, worst_shape, m, m * worst.zero_s)
 
-    bubble = (layout.pp - 1) / layout.vpp * mean_stage if layout.pp > 1 else 0.0
-    p2p = _pp_p2p(model, layout, links, calib, tokens, m, ledger)
+    bubble = _bubble(layout, stage_times)
+    p2p = _pp_p2p(model, layout, links, calib, tokens, m, ledger, options.p2p_overlap)
+    dp_overlap = options.dp_comm_overlap and (layout.pp == 1 or options.dp_overlap_under_pp)
     dp_exposed = _dp_exposed(model, layout, job, links, calib, shapes, stage_times, ledger,
-                             options.dp_comm_overlap)
+                             dp_overlap, replicas, options.param_gather_overlap)
     params = stage_params(model, layout, worst_shape)
-    dense_shard = layout.dp_cp if layout.zero_stage >= 1 else 1
-    expert_shard = layout.expert_dp if layout.zero_stage >= 1 else 1
+    sharded = layout.effective_zero_stage >= 1  # the optimizer steps its shard only
+    dense_shard = layout.zero_group if sharded else 1
+    expert_shard = layout.expert_zero_group if sharded else 1
     optimizer_s = optimizer_step_time(params.dense / dense_shard + params.expert / expert_shard,
                                       calib)
 
@@ -254,6 +299,29 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         breakdown=breakdown, memory=memory, collectives=ledger.sorted_rows(),
         links={str(part): links[group].link_class  # type: ignore[misc]
                for part, group in PART_GROUP.items() if part != Part.ZERO and group in links})
+
+
+def _bubble(layout: Layout, stage_times: list[_StageTime]) -> float:
+    """Pipeline bubble of the schedule (placer.cost.pipeline) from the mean stage's forward,
+    backward and weight-gradient times per micro-batch.
+
+    A stage's exposed communication is split between forward and backward like its compute.
+    The weight-gradient GEMMs cost what the forward GEMMs do (same FLOPs), so ``W`` is the GEMM
+    time over its three passes (four with full recomputation, which reruns the forward GEMMs).
+    With 1F1B and interleaving this is ``(p-1)/v`` times the mean stage.
+    """
+    if layout.pp <= 1:
+        return 0.0
+    n = len(stage_times)
+    forward = backward = weight = 0.0
+    passes = 3 + (1 if layout.recompute == "full" else 0)
+    for t in stage_times:
+        compute = t.compute.total_s
+        share = t.compute.forward_s / compute if compute > 0 else 0.5
+        forward += share * t.total_s / n
+        backward += (1.0 - share) * t.total_s / n
+        weight += t.compute.gemm_s / passes / n
+    return bubble_s(layout.pipeline_schedule, layout.pp, layout.vpp, forward, backward, weight)
 
 
 @dataclass(frozen=True)
@@ -296,18 +364,68 @@ def _tp_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibr
     return _PerLayer(Part.TP, items, exposed)
 
 
+def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool,
+                           layout: Layout, calib: Calibration, precision: str) -> float:
+    """Exposed TP time of one layer when each collective is pipelined with its GEMM.
+
+    Megatron's --tp-comm-overlap (Transformer Engine userbuffers) and torchtitan's async TP
+    split the sequence-parallel all-gather into tp chunks behind the column-parallel GEMM that
+    consumes it (QKV, first MLP linear), and the reduce-scatter behind the row-parallel GEMM
+    that produces it (attention output, second MLP linear); in the backward the same
+    collectives run behind that linear's dgrad and wgrad GEMMs (twice its forward time). Each
+    hides at most the fitted overlap efficiency and never its first chunk (1/tp of it).
+    In an MoE layer the MLP side's windows are the router and experts' first GEMMs, and the
+    experts' second GEMMs (with the shared experts').
+    """
+    calls = {c.collective: c for c in tp_layer.items}
+    if "all_gather" not in calls or "reduce_scatter" not in calls:
+        return tp_layer.exposed_s
+    peak = calib.peak_flops(precision)
+    eff, half = calib.gemm_efficiency(precision), calib.half_efficiency_flops(precision)
+    times = [n * gemm_time(f, peak, eff, half) for f, n in work.gemms]
+    qkv, out = times[0], times[1]
+    if moe_layer:  # router, experts' first, experts' second, [shared first, shared second]
+        mlp_in = times[2] + times[3] + sum(times[5:6])
+        mlp_out = times[4] + sum(times[6:7])
+    else:
+        mlp_in, mlp_out = times[2], times[3]
+    ag, rs = calls["all_gather"].time_s, calls["reduce_scatter"].time_s
+
+    def hide(comm_s: float, window_s: float) -> float:
+        return max(_overlapped(comm_s, window_s, calib), comm_s / layout.tp)
+
+    forward = hide(ag, qkv) + hide(ag, mlp_in) + hide(rs, out) + hide(rs, mlp_out)
+    backward = (hide(ag, 2 * out) + hide(ag, 2 * mlp_out) + hide(rs, 2 * qkv)
+                + hide(rs, 2 * mlp_in))
+    return forward * layout.forward_passes + backward
+
+
 def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-                  tokens: float, imbalance: float) -> _PerLayer:
-    """EP: dispatch and combine all-to-alls per MoE layer, forward and backward (and redo)."""
+                  tokens: float, imbalance: float, dispatcher: str = "alltoall") -> _PerLayer:
+    """EP: dispatch and combine per MoE layer, forward and backward (and redo), with the
+    dispatcher's own traffic (placer.cost.dispatch)."""
     if model.moe is None or layout.ep <= 1 or Group.EP not in links:
         return _PerLayer(Part.EP, (), 0.0)
     link = links[Group.EP]
-    nbytes = tokens / layout.tp * model.moe.top_k * model.hidden_size * ACTIVATION_BYTES
-    nbytes *= imbalance
-    one = coll.all_to_all(link, nbytes, calib)
+    moe = model.moe
+    dispatch, combine, nbytes = dispatch_message(dispatcher, tokens / layout.tp,
+                                                 model.hidden_size, moe.top_k, moe.num_experts,
+                                                 layout.ep, imbalance)
     calls = LAYER_CALLS[Part.EP].per_microbatch(layout)
-    return _PerLayer(Part.EP, (_Call("all_to_all", Group.EP, link, nbytes, one, calls),),
-                     calls * one.time_s)
+    if dispatch == combine:
+        one = _collective(dispatch, link, nbytes, calib)
+        return _PerLayer(Part.EP, (_Call(dispatch, Group.EP, link, nbytes, one, calls),),
+                         calls * one.time_s)
+    first = _collective(dispatch, link, nbytes, calib)
+    second = _collective(combine, link, nbytes, calib)
+    return _PerLayer(Part.EP, (_Call(dispatch, Group.EP, link, nbytes, first, calls / 2),
+                               _Call(combine, Group.EP, link, nbytes, second, calls / 2)),
+                     calls / 2 * (first.time_s + second.time_s))
+
+
+def _collective(name: str, link: GroupLink, nbytes: float, calib: Calibration) -> CollectiveTime:
+    return {"all_to_all": coll.all_to_all, "all_gather": coll.all_gather,
+            "reduce_scatter": coll.reduce_scatter}[name](link, nbytes, calib)
 
 
 def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
@@ -320,16 +438,19 @@ def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration
 
 
 def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-                tokens: float, shape: StageShape, attn_fwd: float) -> float:
+                tokens: float, shape: StageShape, attn_fwd: float, overlap: bool = True) -> float:
     """CP ring attention: each of cp-1 K/V exchanges hides behind one block of attention.
 
     ``attn_fwd`` is a layer's core-attention forward time on this GPU; the ring splits it into
-    cp blocks (load-balanced causal blocks are equal), one per exchange.
+    cp blocks (load-balanced causal blocks are equal), one per exchange. Without ``overlap``
+    every exchange waits.
     """
     if layout.cp <= 1 or Group.CP not in links:
         return 0.0
     one = _cp_step(model, layout, links, calib, tokens).one
     steps = layout.cp - 1
+    if not overlap:
+        return shape.layers * steps * one.time_s * (1 + 2 + (layout.forward_passes - 1))
     fwd = steps * _overlapped(one.time_s, attn_fwd / layout.cp, calib)
     # Backward sends K, V and receives dK, dV per step, behind the backward attention.
     bwd = steps * _overlapped(2 * one.time_s, ATTENTION_BACKWARD_RATIO * attn_fwd / layout.cp,
@@ -387,7 +508,9 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
                                          aggregate_nics=False).time_s
     gathers = 0
     if layout.zero_stage >= 3:
-        gathers = layout.forward_passes + 1  # each forward, and the backward
+        # Each forward, and the backward; without resharding after the forward (FSDP2
+        # reshard_after_forward=False) the forward's gather serves the backward too.
+        gathers = layout.forward_passes + 1 if layout.reshards_after_forward else 1
     return _ZeroTraffic(gather_s, scatter_s, gathers,
                         _Call("all_gather", Group.DP_CP, link, gather_bytes, gather),
                         _Call("reduce_scatter", Group.DP_CP, link, scatter_bytes, scatter))
@@ -439,14 +562,16 @@ def _record_zero(ledger: _Ledger, model: Model, layout: Layout, job: Job, links:
 
 
 def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-            tokens: float, m: int, ledger: _Ledger) -> float:
+            tokens: float, m: int, ledger: _Ledger, overlap: bool = True) -> float:
     """Stage-boundary sends on the critical path: activations forward, gradients back.
 
     Each TP rank sends 1/t of the boundary activations (Megatron's scatter-gather, or sequence
     parallelism). Filling and draining the pipeline always waits for 2(p-1) transfers. In steady
     state the non-interleaved 1F1B schedule sends and receives in blocking pairs between its
     steps (two per micro-batch); the interleaved schedule overlaps them with the next chunk's
-    compute (Megatron's --overlap-p2p-communication, on by default) but crosses v boundaries.
+    compute (Megatron's --overlap-p2p-communication, on by default) but crosses v boundaries;
+    so do the multi-chunk schedules of torch.distributed.pipelining (ZB, ZB-V, DualPipeV), whose
+    sends are asynchronous. Without ``overlap`` every send waits.
     """
     if layout.pp <= 1 or Group.PP not in links:
         return 0.0
@@ -454,7 +579,8 @@ def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
     nbytes = tokens * model.hidden_size * ACTIVATION_BYTES / layout.tp
     one = coll.send_recv(link, nbytes, calib)
     sends = 2 * m * layout.vpp + 2 * (layout.pp - 1)
-    on_path = 2 * (layout.pp - 1) + (2 * m if layout.vpp == 1 else 0)
+    blocking = layout.pipeline_schedule in ("1f1b", "gpipe") or not overlap
+    on_path = 2 * (layout.pp - 1) + (2 * m * layout.vpp if blocking else 0)
     exposed = on_path * one.time_s
     ledger.add(Part.PP, _Call("send_recv", Group.PP, link, nbytes, one), sends, exposed)
     return exposed
@@ -462,16 +588,20 @@ def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
 
 def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib: Calibration,
                 shapes: list[StageShape], stage_times: list[_StageTime], ledger: _Ledger,
-                overlap: bool) -> float:
+                overlap: bool, replicas: GroupLink | None = None,
+                gather_overlap: bool = True) -> float:
     """Gradient reduction (and the distributed optimizer's parameter gather) not hidden.
 
     Gradients are reduced in buckets while the last micro-batch's backward runs; stage s ends
     its backward about s backward-passes before stage 0, which finishes last. Only what exceeds
     that window is exposed, and never less than the last bucket. With ZeRO-1/2 the updated
     parameters are gathered back during the next step's first forward, likewise bucketed.
-    Without overlap (``overlap=False``) all of it is exposed.
+    Without overlap (``overlap=False``) all of it is exposed; without ``gather_overlap``
+    (Megatron without --overlap-param-gather) the parameter gather is. With HSDP the shards'
+    gradients are also all-reduced over the ``replicas`` group (1/dp_shard of them each),
+    bucketed with the reduce-scatter.
     """
-    zero = layout.zero_stage
+    zero = layout.effective_zero_stage
     dense_group, expert_group = layout.dp_cp, layout.expert_dp
     # ZeRO-3 under pipelining gathers and reduce-scatters once per step, like ZeRO-1.
     per_step_zero3 = layout.zero3_per_step
@@ -499,6 +629,11 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         if key not in memo:
             memo[key] = _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
                                   per_step_zero3, nics)
+            if replicas is not None and zero >= 1:
+                grad_bytes = params.dense * opt.grad_bytes / layout.zero_group
+                one = coll.all_reduce(replicas, grad_bytes, calib)
+                memo[key].append(_Call("all_reduce", Group.DP_CP, replicas, grad_bytes, one,
+                                       last_bucket=min(1.0, bucket / max(params.dense, 1.0))))
         parts = memo[key]
         grads = [p for p in parts if p.collective != "all_gather"]
         gathers = [p for p in parts if p.collective == "all_gather"]
@@ -506,7 +641,8 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
             window = (times.compute.backward_s + times.compute.recompute_s
                       + shape.stage * mean_bwd)
             exposed = _bucketed_exposed(grads, window, calib)
-            exposed += _bucketed_exposed(gathers, times.compute.forward_s, calib)
+            exposed += (_bucketed_exposed(gathers, times.compute.forward_s, calib)
+                        if gather_overlap else sum(p.time_s for p in gathers))
         else:
             exposed = sum(p.time_s for p in parts)
         if exposed > worst or not rows:

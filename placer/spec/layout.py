@@ -167,8 +167,9 @@ class Layout(Spec):
     def zero3_per_step(self) -> bool:
         """ZeRO-3 under pipelining: parameters are gathered and gradients reduce-scattered once
         per step (like ZeRO-1), not per micro-batch; DeepSpeed refuses ZeRO-2/3 with its own
-        pipeline engine, and FSDP under pipelining keeps the gathered weights."""
-        return self.zero_stage >= 3 and self.pp > 1
+        pipeline engine, and FSDP under pipelining keeps the gathered weights unless told to
+        reshard after every forward (``reshard=on``)."""
+        return self.zero_stage >= 3 and self.pp > 1 and not self.reshards_after_forward
 
     @property
     def forward_passes(self) -> int:
