@@ -312,7 +312,7 @@ def case_for(record: dict[str, Any]) -> Case:
         notes.append("dropout 0.1: Megatron-LM's --hidden-dropout/--attention-dropout defaults")
     tp, pp, dp = layout_rec["tp"], layout_rec["pp"], layout_rec["dp"]
     cp, ep = layout_rec.get("cp") or 1, layout_rec.get("ep") or 1
-    torchtitan = rid.startswith("torchtitan")
+    torchtitan = record["source_id"] in TORCHTITAN_SOURCES
     mbs, gbs = batch.get("micro_batch_size"), batch.get("global_batch_size")
     if torchtitan and other.get("local_batch_size"):
         local = other["local_batch_size"]
@@ -375,6 +375,8 @@ DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
                 "ZeRO-3": "DeepSpeed fetch"}
 
 
+# Sources that ran torchtitan (local batch sizes, op-level SAC as "selective", eager modules).
+TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506"}
 # Sources that ran Megatron-LM's GPT scripts with its default dropout (megatron/arguments.py:
 # --hidden-dropout 0.1, --attention-dropout 0.1; the SC21 scripts do not override them).
 MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22"}
@@ -397,7 +399,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     deepspeed = "deepspeed" in sharding.lower() or source in DEEPSPEED_PIPELINE_SOURCES
     # torchtitan runs eager PyTorch modules; with torch.compile inductor fuses the element-wise
     # work (taken as the fused kernels' memory, an assumption: not measured here).
-    eager = source.startswith("TORCHTITAN") and "compile" not in techniques
+    eager = source in TORCHTITAN_SOURCES and "compile" not in techniques
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
