@@ -49,7 +49,7 @@ def test_default_order_is_megatrons() -> None:
 
 def test_unresolvable_degree_is_reported_not_guessed() -> None:
     parsed = parse("TP=$(nvidia-smi -L | wc -l)\ntorchrun x.py --tensor-model-parallel-size $TP\n")
-    assert "line 2: --tensor-model-parallel-size $TP" in parsed.unresolved["tp"]
+    assert "line 2: --tensor-model-parallel-size takes its value from $TP" in parsed.unresolved["tp"]
     with pytest.raises(PlacerError, match="is not a positive integer"):
         parse("--pipeline-model-parallel-size two\n")
 
@@ -57,7 +57,7 @@ def test_unresolvable_degree_is_reported_not_guessed() -> None:
 def test_unresolvable_model_flag_is_a_note_not_an_error() -> None:
     parsed = parse("--num-layers $LAYERS --tensor-model-parallel-size 2\n")
     assert parsed.settings.tp == 2 and parsed.model is None
-    assert "--num-layers $LAYERS" in parsed.unresolved["num_layers"]
+    assert "--num-layers takes its value from $LAYERS" in parsed.unresolved["num_layers"]
 
 
 # ----- world size and model -------------------------------------------------------------------

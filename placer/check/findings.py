@@ -42,7 +42,8 @@ class ConfigSummary(Output):
     """What was understood of one config: its kind, the layout checked and on what."""
 
     file: str
-    kind: Literal["megatron", "torchtitan", "deepspeed", "plan", "layout"]
+    kind: Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox", "nemo",
+                  "plan", "layout"]
     layout: str | None = Field(default=None, description="compact layout, when it resolved")
     order: str | None = Field(default=None, description="rank order, innermost first")
     cluster: str | None = None

@@ -78,6 +78,7 @@ BOOL_FLAGS = {
     "fp8-hybrid": "fp8",
     "fp8-e4m3": "fp8",
     "deepspeed": "deepspeed",
+    "bf16": "bf16",
     "no-pipeline-parallel": "no_pipeline_parallel",
     "optimizer-cpu-offload": "optimizer_offload",
     "cpu-optimizer": "optimizer_offload",

@@ -10,6 +10,7 @@ from placer.check.parse_deepspeed import is_deepspeed, parse_deepspeed
 from placer.check.parse_megatron import parse_megatron
 from placer.check.parse_plan import is_layout_file, is_plan, parse_layout_file, parse_plan
 from placer.check.parse_torchtitan import parse_torchtitan
+from placer.check.parse_yaml_frameworks import is_nemo, is_neox, parse_nemo, parse_neox
 from placer.check.parsed import ParsedConfig
 from placer.errors import PlacerError
 from placer.spec.presets import MAX_INPUT_BYTES, read_document
@@ -53,6 +54,10 @@ def _read(path: Path, inputs: Mapping[str, str]) -> ParsedConfig:
         return parse_plan(path, data)
     if is_layout_file(data):
         return parse_layout_file(path, data, text)
+    if is_neox(data):
+        return parse_neox(path, data, text)
+    if is_nemo(data):
+        return parse_nemo(path, data, text)
     if suffix == ".json" and isinstance(data, dict) and is_deepspeed(data):
         return parse_deepspeed(path, data, text)
     if isinstance(data, dict) and "format" in data:

@@ -136,7 +136,8 @@ def _flag_values(script: Script) -> tuple[dict[str, _Value], dict[str, int], lis
                                      or not words[i + 1].text.startswith("--")):  # type: ignore[union-attr]
             nxt = words[i + 1]
             raw, value = nxt.raw, nxt.text
-            why = None if value is not None else f"{nxt.raw} is known only when the job runs"
+            why = None if value is not None else (f"takes its value from {nxt.raw}, known only "
+                                                  "when the job runs")
         else:
             raise PlacerError(f"line {word.line}: --{name} has no value")
         if word.conditional is not None:
@@ -176,7 +177,7 @@ def _int(value: _Value, flag: str, path: Path, parsed: ParsedConfig, key: str) -
     if flag == "nproc-per-node" and text in ("gpu", "auto", "cuda"):
         return None
     number = decimal(text)
-    if number is None or number < (0 if key == "offload_layers" else 1):
+    if number is None or number < (0 if key in ("offload_layers", "zero_stage") else 1):
         raise PlacerError(f"{path}:{value.line}: --{flag} {value.raw!r} is not a positive integer")
     return number
 
@@ -211,6 +212,15 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
     zero = 3 if "fsdp" in flags else 1 if "distributed_optimizer" in flags else 0
     zero = ints.get("zero_stage", zero)
     s.zero_stage = SHARDING_ZERO.get(choices.get("sharding_strategy") or "", zero)
+    if (s.zero_stage == 0 and {"deepspeed", "bf16"} <= flags
+            and parsed.kind == "megatron-deepspeed"):
+        # DeepSpeed's bf16 optimizer under ZeRO stage 0 shards the fp32 master weights and
+        # optimizer state over the data-parallel group itself (deepspeed/runtime/
+        # bf16_optimizer.py; BigScience tr11: "bf16 must use z0! it implements its own zero
+        # stage 1 equivalent"), so it is checked as ZeRO-1.
+        s.zero_stage = 1
+        parsed.notes.append("DeepSpeed bf16 with ZeRO stage 0: its BF16_Optimizer shards the "
+                            "optimizer state like ZeRO-1; checked as zero=1")
     s.offload_layers = ints.get("offload_layers", 0)
     s.embedding_in_split = "embedding_in_split" in flags
     s.loss_in_split = "loss_in_split" in flags
@@ -266,6 +276,12 @@ def _world(ints: dict[str, int], flags: set[str], script: Script, parsed: Parsed
     if "deepspeed" in launchers and nnodes is None and "nnodes" not in parsed.unresolved \
             and ints.get("nproc_per_node") is not None:
         nnodes = 1  # deepspeed without --num_nodes/--hostfile runs on the local node
+    if "torchrun" in launchers:
+        # torchrun's defaults: --nnodes 1:1 and --nproc-per-node 1 (torch/distributed/run.py)
+        if nnodes is None and "nnodes" not in parsed.lines and "nnodes" not in parsed.unresolved:
+            nnodes = 1
+        if nproc is None and "nproc_per_node" not in parsed.lines:
+            nproc = 1
     parsed.nproc_per_node = nproc
     if nproc is not None and nnodes is not None:
         parsed.world_size = nproc * nnodes

@@ -259,15 +259,14 @@ def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
         elif ctx.model is None:
             ctx.notes.append("virtual stages unknown without the model's layer count")
     if ctx.model is not None and s.partition_method is not None and pp > 1:
-        stages, problem = deepspeed_partition(ctx.model.num_layers, pp, s.partition_method)
+        split, problem = deepspeed_partition(ctx.model.num_layers, pp, s.partition_method)
         if problem:
             early.append(finding("degrees-model", problem, ctx.parsed.path,
                                  ctx.parsed.line_of("partition_method", "pp")))
         else:
-            values["stage_layers"] = stages
-            ctx.notes.append(f"DeepSpeed pipeline partition {s.partition_method}: layers per "
-                             f"stage {'/'.join(str(n) for n in stages)}")
-    elif ctx.model is not None and ctx.parsed.kind in ("megatron", "megatron-deepspeed"):
+            values.update(split)
+            ctx.notes.append(f"DeepSpeed pipeline partition {s.partition_method} over pp={pp}")
+    elif ctx.model is not None and ctx.parsed.kind in ("megatron", "megatron-deepspeed", "nemo"):
         explicit = (s.first_stage_layers, s.last_stage_layers, s.pp_layout)
         if all(v is None for v in explicit) and not (s.embedding_in_split or s.loss_in_split):
             vpp = int(values.get("vpp", 1))  # type: ignore[call-overload]
@@ -278,44 +277,47 @@ def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
                     "num-layers or --pipeline-model-parallel-layout give an uneven split",
                     ctx.parsed.path, ctx.parsed.line_of("pp", "num_layers")))
     values = {k: v for k, v in values.items() if k in LAYOUT_KEYS}
-    if early:
-        values.pop("stage_layers", None)
-        values.pop("first_stage_layers", None)
-        values.pop("last_stage_layers", None)
+    if early:  # already reported: the layout is checked with an automatic split
+        for key in ("stage_layers", "first_stage_layers", "last_stage_layers", "pp_layout",
+                    "embedding_in_split", "loss_in_split"):
+            values.pop(key, None)
     return validated(Layout, values, ctx.parsed.path), early
 
 
 def deepspeed_partition(num_layers: int, pp: int, method: str
-                        ) -> tuple[tuple[int, ...], str | None]:
-    """Transformer layers per stage under DeepSpeed's PipelineModule partitioning.
+                        ) -> tuple[dict[str, object], str | None]:
+    """Layout fields for DeepSpeed's PipelineModule partitioning, or the reason it cannot run.
 
-    ``type:REGEX`` balances the layers whose class name matches (GPTModelPipe: the transformer
-    layers, and with ``embedding`` the two tied EmbeddingPipe ends), so each stage gets q or q+1
-    of them (ds_utils.partition_balanced on 0/1 weights); ``uniform`` and ``parameters`` are
-    approximated by the transformer layers alone. Megatron-DeepSpeed fails unless every stage
-    holds at least one transformer layer (megatron/model/gpt_model.py, GPTModelPipe comment).
+    ``type:REGEX`` balances the layers whose class name matches (Megatron-DeepSpeed's
+    GPTModelPipe: the transformer layers, and with ``embedding`` the tied EmbeddingPipe at both
+    ends), each stage getting q or q+1 of them (ds_utils.partition_balanced on 0/1 weights);
+    ``uniform`` and ``parameters`` are approximated by the transformer layers alone. A stage
+    with nothing to hold cannot exist; a stage holding only an embedding does run (BigScience's
+    BLOOMZ tr13-176B: 70 layers + 2 embeddings on 72 stages).
     """
     regex = method.split(":", 1)[1] if method.startswith("type:") else "transformer"
     try:
         embedding = re.search(regex, "EmbeddingPipe", re.IGNORECASE) is not None
         counted = re.search(regex, "ParallelTransformerLayerPipe", re.IGNORECASE) is not None
     except re.error:
-        return (), f"--pp-partition-method {method!r} is not a valid regular expression"
+        return {}, f"--pp-partition-method {method!r} is not a valid regular expression"
     if not counted:
-        return (), (f"--pp-partition-method {method}: no transformer layer matches, so DeepSpeed "
+        return {}, (f"--pp-partition-method {method}: no transformer layer matches, so DeepSpeed "
                     "cannot balance the transformer layers over the stages")
     units = num_layers + (2 if embedding else 0)
+    if units < pp:
+        return {}, (f"pp = {pp}: {method} balances {units} units ({num_layers} transformer "
+                    f"layers{' + 2 embeddings' if embedding else ''}) over more stages than "
+                    "there are units, so a stage would hold nothing")
+    if embedding and units % pp == 0:
+        # the embedding and the tied output layer count as one layer each at the two ends
+        return {"embedding_in_split": True, "loss_in_split": True}, None
     per, extra = divmod(units, pp)
     sizes = [per + (1 if k >= pp - extra else 0) for k in range(pp)]
-    layers = list(sizes)
     if embedding:
-        layers[0] -= 1
-        layers[-1] -= 1
-    if min(layers) < 1:
-        return (), (f"pp = {pp}: {method} splits {units} units ({num_layers} transformer layers"
-                    f"{' + 2 embeddings' if embedding else ''}) so that a stage holds no "
-                    "transformer layer, which Megatron-DeepSpeed's pipeline cannot run")
-    return tuple(layers), None
+        sizes[0] -= 1
+        sizes[-1] -= 1
+    return {"stage_layers": tuple(sizes)}, None
 
 
 def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, str | None]:
@@ -425,24 +427,32 @@ def _natural(ctx: _Context, grid: MeshGrid) -> Placed:
 
 
 def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[Finding]:
+    """An error when the predicted peak exceeds the GPU's memory; a warning when it only eats
+    into the job's headroom (the margin placer keeps for what the estimate misses)."""
     assert ctx.model is not None
     memory = memory_estimate(ctx.model, ctx.cluster, job, layout)
     if memory.total_bytes <= memory.capacity_bytes:
         return []
+    physical = memory_estimate(ctx.model, ctx.cluster, job.model_copy(
+        update={"memory_headroom": 0.0}), layout).capacity_bytes
     parts = {"weights": memory.weights_bytes, "gradients": memory.gradients_bytes,
              "optimizer": memory.optimizer_bytes, "activations": memory.activations_bytes}
     biggest = ", ".join(f"{name} {value / GB:.1f}" for name, value in
                         sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
     # cost.memory_estimate sizes capacity by the cluster's smallest GPU
     gpu = min((t.gpu for t in ctx.cluster.node_types), key=lambda g: g.capacity_bytes).name
+    over = memory.total_bytes > physical
+    limit = (f"the {physical / GB:.1f} GB of {gpu}" if over else
+             f"the {memory.capacity_bytes / GB:.1f} GB usable on {gpu} with "
+             f"{job.memory_headroom:.0%} headroom (it fits the {physical / GB:.1f} GB)")
     return [finding(
         "memory-over-capacity",
         f"predicted peak {memory.total_bytes / GB:.1f} GB per GPU (pipeline stage "
-        f"{memory.worst_stage}: {biggest} GB) exceeds the {memory.capacity_bytes / GB:.1f} GB "
-        f"usable on {gpu} for {ctx.model.name} at seq_len={job.seq_len}, micro batch "
-        f"{layout.micro_batch_size}; shard more (zero, tp, pp) or recompute",
+        f"{memory.worst_stage}: {biggest} GB) exceeds {limit} for {ctx.model.name} at "
+        f"seq_len={job.seq_len}, micro batch {layout.micro_batch_size}; shard more (zero, tp, "
+        "pp) or recompute",
         ctx.parsed.path, ctx.parsed.line_of("micro_batch_size", "tp", "seq_len"),
-        candidate=index)]
+        candidate=index, severity=None if over else "warning")]
 
 
 # ----- plans: explicit rank maps -------------------------------------------------------------

@@ -97,6 +97,7 @@ class _Tok:
     text: str
     line: int
     items: tuple[tuple[str, int], ...] = ()
+    end: int = 0  # line the token ends on (continuations included)
 
 
 class _Lexer:
@@ -181,7 +182,7 @@ class _Lexer:
             self._redirect()  # 2>&1, 1>file: the descriptor belongs to the redirection
             return
         if raw:
-            self.out.append(_Tok("word", raw, line))
+            self.out.append(_Tok("word", raw, line, end=self.line))
         elif self.i < len(self.s):
             raise ShellSyntaxError(f"line {line}: unexpected {self.peek()!r}")
 
@@ -776,19 +777,19 @@ class Evaluator:
             for tok in node.assigns:
                 self._assign(tok, st)
             return True
-        fields: list[tuple[str | None, int, str]] = []
+        fields: list[tuple[str, int, str]] = []
         for tok in node.words:
-            fields += [(f, line, tok.text) for f, line in self._fields(tok.text, tok.line, st)]
+            fields += [(f, line, tok.text) for f, line in self._raw_fields(tok.text, tok.line, st)]
         if not fields:
             for tok in node.assigns:
                 self._assign(tok, st)
             return True
-        name = fields[0][0]
+        name = _known(fields[0][0])
         if name is None:
             self._emit(fields, None, st)
             return None
         base = name.rsplit("/", 1)[-1]
-        args = [f for f, _, _ in fields[1:]]
+        args = [_known(f) for f, _, _ in fields[1:]]
         if base in _DECLARE:
             return self._declare(node, st)
         if base in ("[", "[[", "test"):
@@ -805,13 +806,20 @@ class Evaluator:
                     st.variables.pop(arg, None)
             return True
         if base in ("source", "."):
-            self.result.notes.append(f"line {node.line}: {' '.join(str(a) for a in args)[:60]} "
-                                     "is sourced; what it sets is not read")
+            sourced = " ".join(tok.text for tok in node.words[1:])[:60]
+            self.result.notes.append(f"line {node.line}: {sourced} is sourced; what it sets is "
+                                     "not read")
             return None
-        if base == "eval" or (base in ("bash", "sh") and len(args) >= 2 and args[0] == "-c"):
-            script = " ".join(a or "" for a in (args if base == "eval" else args[1:2]))
-            if None not in (args if base == "eval" else args[1:2]):
-                self._nested(script, node.line, fields[0][2], st)
+        if base == "eval" and None not in args:
+            self._nested(" ".join(a or "" for a in args), node.line, fields[0][2], st)
+            return None
+        # bash -c STRING, also behind a launcher: srun ... bash -c "$LAUNCHER $CMD"
+        words = [f for f, _, _ in fields]
+        for k in range(len(words) - 2):
+            shell_name = words[k].rsplit("/", 1)[-1]
+            if shell_name in ("bash", "sh") and words[k + 1] == "-c":
+                self._emit(fields[:k], name, st)
+                self._nested(words[k + 2], node.line, fields[k + 2][2], st)
                 return None
         if name in st.functions and st.depth < _MAX_DEPTH:
             func = st.functions[name]
@@ -823,10 +831,10 @@ class Evaluator:
         self._emit(fields, name, st)
         return None
 
-    def _emit(self, fields: list[tuple[str | None, int, str]], command: str | None,
+    def _emit(self, fields: list[tuple[str, int, str]], command: str | None,
               st: _State) -> None:
         for text, line, raw in fields:
-            self.result.words.append(Word(text, raw, line, command, st.conditional))
+            self.result.words.append(Word(_known(text), raw, line, command, st.conditional))
 
     def _nested(self, script: str, line: int, raw: str, st: _State) -> None:
         """``bash -c STRING``: the string's commands, with the caller's variables."""
@@ -847,8 +855,19 @@ class Evaluator:
         for k in range(len(words) - 1, -1, -1):
             if words[k].line < line:
                 break
-            words[k] = Word(words[k].text, words[k].raw, line, words[k].command,
-                            words[k].conditional)
+            words[k] = Word(words[k].text, words[k].raw, self._written_at(words[k].text, line),
+                            words[k].command, words[k].conditional)
+
+    def _written_at(self, text: str | None, line: int) -> int:
+        """For a word of a ``bash -c`` string: the last line up to ``line`` where a flag is
+        written (its value came through variables, so the string itself has no lines)."""
+        if text is None or not text.startswith("-"):
+            return line
+        pattern = re.compile(rf"(?<![^\s\"'=(]){re.escape(text)}(?![^\s\"'\\)=])")
+        for number in range(min(line, len(self.source)), 0, -1):
+            if pattern.search(self.source[number - 1]):
+                return number
+        return line
 
     def _declare(self, node: _Simple, st: _State) -> Status:
         for tok in node.words[1:]:
@@ -879,7 +898,7 @@ class Evaluator:
         match = _ASSIGN_RE.match(tok.text)
         assert match is not None
         name, index, append, raw = match.groups()
-        end = tok.line + _continuations(raw)
+        end = max(tok.end, tok.line)
         value = self._string(raw, st, tok.line)
         old = st.variables.get(name)
         if index:
@@ -915,17 +934,14 @@ class Evaluator:
         when the script runs."""
         return [(_known(text), at) for text, at in self._raw_fields(raw, line, st)]
 
-    def origin_line(self, text: str, default: int) -> int:
-        """The line at or after ``default`` where ``text`` is written (a word of a multi-line
-        string or array), else ``default``."""
-        for number in range(max(default, 1), min(default + 200, len(self.source)) + 1):
-            if text in self.source[number - 1]:
+    def origin_line(self, text: str, default: int, end: int) -> int:
+        """The line of ``default``..``end`` (a multi-line string) where ``text`` is written as
+        a word, else ``default``."""
+        pattern = re.compile(rf"(?<![^\s\"'=(]){re.escape(text)}(?![^\s\"'\\)])")
+        for number in range(max(default, 1), min(end, len(self.source)) + 1):
+            if pattern.search(self.source[number - 1]):
                 return number
         return default
-
-
-def _continuations(raw: str) -> int:
-    return raw.count("\n")
 
 
 def _first_line(pipe: _Pipeline) -> int:
@@ -988,7 +1004,7 @@ class _Expander:
     def _unknown(self) -> None:
         self._literal(UNKNOWN_MARK)
 
-    def _unquoted_value(self, text: str, line: int) -> None:
+    def _unquoted_value(self, text: str, line: int, end: int = 0) -> None:
         if not self.split:
             self._literal(text)
             return
@@ -999,7 +1015,7 @@ class _Expander:
             if k:
                 self._push()
             if not self.have:
-                self.cur_line = self.ev.origin_line(piece, line)
+                self.cur_line = self.ev.origin_line(piece, line, end)
             self.cur += piece
             self.have = True
         if pieces and text[-1:].isspace():
@@ -1057,11 +1073,11 @@ class _Expander:
                 self._literal(c)
                 i += 1
 
-    def _value(self, text: str, quoted: bool, line: int) -> None:
+    def _value(self, text: str, quoted: bool, line: int, end: int = 0) -> None:
         if quoted:
             self._literal(text)
         else:
-            self._unquoted_value(text, line)
+            self._unquoted_value(text, line, end)
 
     def _arith(self, inner: str, quoted: bool) -> None:
         expanded = _known(_Expander(self.ev, self.st, self.line).expand(inner, split=False)[0][0])
@@ -1114,12 +1130,13 @@ class _Expander:
             return
         text = _scalar(item, index)
         line = item.line if isinstance(item, Scalar) and item.line else self.line
+        end = item.end_line if isinstance(item, Scalar) and item.line else 0
         if rest:
             text = self._operator(name, text, rest)
         if text is None:
             self._unknown()
         else:
-            self._value(text, quoted, line)
+            self._value(text, quoted, line, end)
 
     def _array(self, item: Array, separate: bool, quoted: bool) -> None:
         if not separate:

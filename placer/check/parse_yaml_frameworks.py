@@ -1,0 +1,229 @@
+"""Read GPT-NeoX YAML and NeMo / Megatron-Bridge (Hydra) YAML recipes into a ParsedConfig.
+
+GPT-NeoX (EleutherAI/gpt-neox megatron/neox_arguments/neox_args.py): ``pipe_parallel_size``,
+``model_parallel_size`` (TP), ``num_layers``/``hidden_size``/``num_attention_heads``,
+``seq_length``, DeepSpeed's ``train_micro_batch_size_per_gpu`` and ``zero_optimization``; keys
+may be spelt with dashes or underscores. Its pipeline is DeepSpeed's PipelineModule with
+``pipe_partition_method`` (default ``type:transformer|mlp``); the world size comes from the
+hostfile at launch, so it is not in the file.
+
+NeMo (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/*): ``trainer.num_nodes``
+x ``trainer.devices`` is the world size; degrees and model under ``model``. Hydra
+interpolations ``${.key}``, ``${training.model.key}`` and ``${multiply:a,b}`` are resolved; any
+other resolver leaves the value unknown.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from placer.check.parsed import ParsedConfig, Settings
+from placer.errors import PlacerError
+from placer.mesh import parse_order
+from placer.spec.model import Model
+from placer.spec.presets import validated
+
+# Megatron's rank order, which both NeoX (its Megatron topology) and NeMo use (conventions.md 6.1)
+MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+# GPT-NeoX's default pipeline partitioning (neox_args.py: pipe_partition_method)
+NEOX_DEFAULT_PARTITION = "type:transformer|mlp"
+# GPT-2 BPE vocabulary padded to a multiple of 128, NeoX's default tokenizer.
+NEOX_DEFAULT_VOCAB = 50304
+_NEOX_KEYS = ("pipe_parallel_size", "model_parallel_size")
+_INTERP_RE = re.compile(r"\$\{([^${}]*)\}")
+
+
+def _norm(data: dict[str, Any]) -> dict[str, Any]:
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def is_neox(data: Any) -> bool:
+    return isinstance(data, dict) and any(k in _norm(data) for k in _NEOX_KEYS)
+
+
+def is_nemo(data: Any) -> bool:
+    return (isinstance(data, dict) and isinstance(data.get("model"), dict)
+            and any(k in data["model"] for k in ("tensor_model_parallel_size",
+                                                 "pipeline_model_parallel_size")))
+
+
+def _key_line(text: str, key: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"^\s*[\"']?{re.escape(key).replace('_', '[_-]')}[\"']?\s*:", line):
+            return number
+    return None
+
+
+def _pos(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
+def _model(fields: dict[str, Any], name: str, path: Path, parsed: ParsedConfig
+           ) -> Model | None:
+    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads")
+               if _pos(fields.get(k)) is None]
+    if missing:
+        parsed.model_problem = f"model keys missing or not integers: {', '.join(missing)}"
+        return None
+    values = {k: v for k, v in fields.items() if v is not None}
+    return validated(Model, {"name": name, **values}, f"{path} (model keys)")
+
+
+def parse_neox(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
+    d = _norm(data)
+    parsed = ParsedConfig(path=str(path), kind="gpt-neox", order=parse_order(MEGATRON_ORDER))
+    s = Settings(tp=_pos(d.get("model_parallel_size")) or 1,
+                 pp=_pos(d.get("pipe_parallel_size")) or 1)
+    zero = d.get("zero_optimization") or {}
+    s.zero_stage = int(zero.get("stage", 0)) if isinstance(zero, dict) else 0
+    s.micro_batch_size = _pos(d.get("train_micro_batch_size_per_gpu"))
+    s.sequence_parallel = bool(d.get("sequence_parallel")) and s.tp > 1
+    if d.get("checkpoint_activations"):
+        s.recompute = "full"
+    if s.pp > 1:  # pipe_parallel_size 0 or 1: no PipelineModule partitioning
+        s.partition_method = str(d.get("pipe_partition_method", NEOX_DEFAULT_PARTITION))
+    if d.get("precision") == "fp8" or (d.get("te_fp8") or {}):
+        s.precision = "fp8"
+    parsed.settings = s
+    for key, name in (("model_parallel_size", "tp"), ("pipe_parallel_size", "pp"),
+                      ("num_layers", "num_layers"), ("seq_length", "seq_len")):
+        line = _key_line(text, key)
+        if line is not None:
+            parsed.lines[name] = line
+    parsed.seq_len = _pos(d.get("seq_length"))
+    parsed.global_batch_size = _pos(d.get("train_batch_size"))
+    hidden = _pos(d.get("hidden_size"))
+    parsed.model = _model({
+        "num_layers": d.get("num_layers"), "hidden_size": hidden,
+        "num_attention_heads": d.get("num_attention_heads"),
+        "num_kv_heads": _pos(d.get("num_kv_heads")),
+        "ffn_hidden_size": _pos(d.get("intermediate_size")) or (4 * hidden if hidden else None),
+        "vocab_size": NEOX_DEFAULT_VOCAB,
+        "tied_embeddings": not bool(d.get("no_weight_tying", False)),
+    }, re.sub(r"[^A-Za-z0-9._+-]", "-", path.stem) or "neox-model", path, parsed)
+    parsed.notes.append("GPT-NeoX takes its world size from the hostfile at launch")
+    return parsed
+
+
+def _resolve(value: Any, root: dict[str, Any], here: dict[str, Any], depth: int = 0) -> Any:
+    """A Hydra/OmegaConf value with ``${...}`` interpolations resolved, or None if unknown."""
+    if not isinstance(value, str) or "${" not in value or depth > 8:
+        return value if depth <= 8 else None
+    whole = _INTERP_RE.fullmatch(value.strip())
+    while True:
+        match = _INTERP_RE.search(value)
+        if match is None:
+            break
+        inner = match.group(1).strip()
+        result = _interpolate(inner, root, here, depth)
+        if result is None:
+            return None
+        if whole and match.span() == (0, len(value.strip())):
+            return result
+        value = value[:match.start()] + str(result) + value[match.end():]
+        whole = _INTERP_RE.fullmatch(value.strip())
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _interpolate(inner: str, root: dict[str, Any], here: dict[str, Any], depth: int) -> Any:
+    if inner.startswith("multiply:"):
+        parts = [_resolve(p.strip(), root, here, depth + 1) for p in inner[9:].split(",")]
+        if all(isinstance(p, int) for p in parts):
+            product = 1
+            for part in parts:
+                product *= part
+            return product
+        return None
+    if ":" in inner:
+        return None  # another resolver: not evaluated
+    if inner.startswith("."):
+        node: Any = here
+        keys = inner[1:].split(".")
+    else:
+        node = root
+        keys = inner.split(".")
+        if keys and keys[0] == "training" and "training" not in root:
+            keys = keys[1:]  # the launcher mounts this file as `training`
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return _resolve(node, root, here, depth + 1)
+
+
+def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
+    model = data["model"]
+    trainer = data.get("trainer") or {}
+    if not isinstance(trainer, dict):
+        raise PlacerError(f"{path}: trainer must be a mapping")
+    parsed = ParsedConfig(path=str(path), kind="nemo", order=parse_order(MEGATRON_ORDER))
+
+    def get(table: dict[str, Any], key: str) -> Any:
+        return _resolve(table.get(key), data, table)
+
+    s = Settings()
+    for key, name in (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size",
+                                                            "pp"),
+                      ("context_parallel_size", "cp"), ("expert_model_parallel_size", "ep")):
+        raw = model.get(key)
+        value = get(model, key)
+        line = _key_line(text, key)
+        if line is not None:
+            parsed.lines[name] = line
+        if raw is not None and _pos(value) is None:
+            parsed.unresolved[name] = f"model.{key} = {raw!r} is not resolved to an integer"
+        elif value is not None:
+            setattr(s, name, value)
+    s.vpp = _pos(get(model, "virtual_pipeline_model_parallel_size"))
+    s.micro_batch_size = _pos(get(model, "micro_batch_size"))
+    s.sequence_parallel = bool(get(model, "sequence_parallel")) and s.tp > 1
+    granularity = get(model, "activations_checkpoint_granularity")
+    if granularity in ("full", "selective"):
+        s.recompute = granularity
+    optim = model.get("optim") or {}
+    if isinstance(optim, dict) and "distributed" in str(optim.get("name", "")):
+        s.zero_stage = 1
+    if get(model, "fp8") is True:
+        s.precision = "fp8"
+    if s.ep > 1 or _pos(get(model, "num_moe_experts")):
+        s.etp = s.tp
+    parsed.settings = s
+    parsed.seq_len = _pos(get(model, "encoder_seq_length")) or _pos(get(model, "seq_length"))
+    parsed.global_batch_size = _pos(get(model, "global_batch_size"))
+    nodes, devices = _pos(get(trainer, "num_nodes")), _pos(get(trainer, "devices"))
+    if nodes and devices:
+        parsed.world_size, parsed.nproc_per_node = nodes * devices, devices
+        parsed.world_source = f"trainer.num_nodes {nodes} x trainer.devices {devices}"
+        parsed.lines["world"] = _key_line(text, "num_nodes") or 1
+    else:
+        parsed.unresolved["world"] = "trainer.num_nodes x trainer.devices not both integers"
+    hidden = _pos(get(model, "hidden_size"))
+    experts = _pos(get(model, "num_moe_experts"))
+    fields: dict[str, Any] = {
+        "num_layers": get(model, "num_layers"), "hidden_size": hidden,
+        "num_attention_heads": get(model, "num_attention_heads"),
+        "num_kv_heads": _pos(get(model, "num_query_groups")),
+        "ffn_hidden_size": _pos(get(model, "ffn_hidden_size")) or (4 * hidden if hidden else None),
+        "gated_mlp": get(model, "activation") in ("swiglu", "fast-swiglu", "geglu"),
+        "vocab_size": _pos(get(model, "padded_vocab_size")) or NEOX_DEFAULT_VOCAB,
+        "tied_embeddings": bool(get(model, "share_embeddings_and_output_weights")
+                                if model.get("share_embeddings_and_output_weights") is not None
+                                else True),
+    }
+    if experts and experts > 1:
+        fields["moe"] = {"num_experts": experts,
+                         "top_k": _pos(get(model, "moe_router_topk")) or 2,
+                         "expert_ffn_hidden_size": fields["ffn_hidden_size"]}
+    run = data.get("run") or {}
+    name = str(run.get("name", path.stem)) if isinstance(run, dict) else path.stem
+    parsed.model = _model(fields, re.sub(r"[^A-Za-z0-9._+-]", "-", name) or "nemo-model", path,
+                          parsed)
+    if not (_pos(get(model, "padded_vocab_size"))):
+        parsed.notes.append(f"vocabulary from the tokenizer: assumed {NEOX_DEFAULT_VOCAB}")
+    return parsed
