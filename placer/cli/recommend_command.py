@@ -130,7 +130,7 @@ def write_outputs(rec: Recommendation, emit_dir: Path | None, plot_dir: Path | N
                   script: str = DEFAULT_SCRIPT, master_port: int = DEFAULT_MASTER_PORT,
                   debug: bool = False, force: bool = False) -> list[Path]:
     """Produce --emit and --plot folders together, all or nothing."""
-    from placer.report.files import Producer, write_folders
+    from placer.io import Producer, write_folders
 
     jobs: list[tuple[Path, Producer]] = []
     if emit_dir is not None:

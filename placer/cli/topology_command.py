@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import click
 
-from placer.errors import InputError, PlacerError
+from placer.errors import InputError
+from placer.io import write_text
 from placer.spec.cluster import NAME_PATTERN
 from placer.spec.presets import gpu_names
 
@@ -82,7 +82,7 @@ def import_command(file: Path, name: str | None, gpu: str | None, nic_rate_gbps:
     if out is None:
         click.echo(yaml_text, nl=False)
         return
-    _write_whole(out, yaml_text, force)
+    write_text(out, yaml_text, "--out", force)
     node_type = imported.node_type
     click.echo(f"wrote {kind} {node_name!r} to {out}: {node_type.gpus_per_node}x "
                f"{node_type.gpu.name}, {node_type.fabric.kind}, {len(node_type.nics)} NICs")
@@ -98,22 +98,6 @@ def _node_name(name: str | None, file: Path) -> str:
         return name
     stem = _NOT_NAME_CHARS.sub("-", file.stem).strip("-._+")[:64]
     return stem or "imported-node"
-
-
-def _write_whole(path: Path, text: str, force: bool) -> None:
-    """Write through a temporary file and rename, so a failure leaves no partial file; an
-    existing file is replaced only with ``force``."""
-    if not path.parent.is_dir():
-        raise PlacerError(f"--out: folder {path.parent} does not exist")
-    if path.exists() and not force:
-        raise PlacerError(f"--out: {path} already exists; pass --force to replace it")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise PlacerError(f"--out: cannot write {path} ({exc.strerror or exc})") from None
 
 
 COMMANDS = [topology_group]

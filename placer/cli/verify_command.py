@@ -10,7 +10,6 @@ fits the file it writes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 import click
 
 from placer.errors import InputError, PlacerError
+from placer.io import refuse_existing, write_text
 from placer.spec.cluster import Cluster
 from placer.spec.profile import LinkProfile
 
@@ -75,42 +75,10 @@ def _work_dir(given: Path | None, prefix: str) -> Iterator[tuple[Path, list[bool
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _refuse_existing(force: bool, **paths: Path | None) -> None:
-    """Before any work: files the run would replace need --force (options named by keyword)."""
-    for option, path in paths.items():
-        if path is not None and path.exists() and not force:
-            raise InputError(f"--{option.replace('_', '-')}", str(path),
-                             f"{path.name} already exists; pass --force to overwrite it, or "
-                             "choose another path")
-
-
-def _write_text(path: Path, text: str, option: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, renamed into
-    place, and removed if anything fails (an interrupt included)."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise PlacerError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None
-    tmp = Path(name)
-    try:
-        with open(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)  # mkstemp's 0600 would hide the file from the user's group
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise PlacerError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _write_profile(path: Path, profile: LinkProfile, option: str) -> None:
     from placer.verify.calibrate import profile_yaml
 
-    _write_text(path, profile_yaml(profile), option)
+    write_text(path, profile_yaml(profile), option)
 
 
 def _say(text: str, to_stderr: bool) -> None:
@@ -200,8 +168,8 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
 
     largest = GPU_LARGEST_MESSAGE_BYTES if full_sweep else (
         max_message_mib * MIB if max_message_mib else None)
-    _refuse_existing(force, out=out_path,
-                     emit_config=emit_config / "bench_config.json" if emit_config else None)
+    refuse_existing(force, out=out_path,
+                    emit_config=emit_config / "bench_config.json" if emit_config else None)
     if from_path is not None:
         bench = load_bench(from_path)
         cluster = _emulated_or(cluster_ref, emulate, inter_node_mbit, bench["world_size"],
@@ -224,8 +192,8 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
             raise PlacerError(f"--emit-config: cannot create {emit_config}: "
                               f"{exc.strerror or exc}") from None
         config_path = emit_config / "bench_config.json"
-        _write_text(config_path, json.dumps(config, indent=1, sort_keys=True) + "\n",
-                    "--emit-config")
+        write_text(config_path, json.dumps(config, indent=1, sort_keys=True) + "\n",
+                   "--emit-config")
         argv = ["-m", "placer.verify.workers.bench", str(config_path), str(emit_config)]
         click.echo(f"wrote {config_path}; on every node (placer installed) run:")
         click.echo("  " + torchrun_hint(cluster.num_nodes, node_type.gpus_per_node, argv))
@@ -322,7 +290,7 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
     if save_profile is not None and not refit:
         raise InputError("--save-profile", str(save_profile), "it writes the --calibrate refit; "
                          "add --calibrate")
-    _refuse_existing(force, out=out_path, save_profile=save_profile)
+    refuse_existing(force, out=out_path, save_profile=save_profile)
     plan = load_plan(plan_path)
     folder = emit_config or from_dir
     if profile_path is None and folder is not None and (folder / "profile.yaml").is_file():
@@ -507,7 +475,7 @@ def _note_rate_mismatch(cluster: Cluster, emulate: str | None, mbit: float | Non
 
 
 def _write_json(path: Path, doc: dict[str, object]) -> None:
-    _write_text(path, json.dumps(doc, indent=2) + "\n", "--out")
+    write_text(path, json.dumps(doc, indent=2) + "\n", "--out")
 
 
 COMMANDS = [calibrate_command, verify_command]

@@ -1,4 +1,4 @@
-"""--emit and --plot folders are written all or nothing."""
+"""--emit and --plot folders are written all or nothing (placer.io.write_folders)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from placer.errors import PlacerError
-from placer.report.files import write_folders
+from placer.io import write_folders
 
 
 def writer(*names: str) -> Callable[[Path], list[Path]]:
@@ -50,7 +50,7 @@ def test_existing_files_need_force_and_block_every_folder(tmp_path: Path) -> Non
     (plot / "rankmap.png").write_text("old")
     with pytest.raises(PlacerError) as err:
         write_folders([(emit, writer("plan.json")), (plot, writer("rankmap.png"))])
-    assert "rankmap.png: already exists; pass --force" in str(err.value)
+    assert "rankmap.png already exists; pass --force" in str(err.value)
     assert not emit.exists() and (plot / "rankmap.png").read_text() == "old"
     write_folders([(emit, writer("plan.json")), (plot, writer("rankmap.png"))], force=True)
     assert (plot / "rankmap.png").read_text() == "content of rankmap.png\n"
