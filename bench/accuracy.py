@@ -35,6 +35,7 @@ from placer.cost import Calibration, calibration_for, estimate_with
 from placer.cost.compute import forward_flops_per_token
 from placer.cost.groups import GroupLinks, group_links
 from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
+from placer.cost.profile import FAMILY_FALLBACK
 from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec import Cluster, Job, Layout, Model, Optimizer
@@ -86,9 +87,9 @@ class Case:
 
     @property
     def family(self) -> str:
-        from placer.cost.profile import gpu_family
+        from placer.cost.profile import constant_family
 
-        return gpu_family(self.cluster.node_types[0].gpu)
+        return constant_family(self.cluster.node_types[0].gpu)
 
 
 @dataclass
@@ -345,7 +346,9 @@ def case_for(record: dict[str, Any]) -> Case:
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=layout_rec.get("etp") or 1, vpp=vpp,
                     micro_batch_size=mbs, zero_stage=zero, recompute=recompute,
                     sequence_parallel=bool(sp) and tp > 1)
-    job = Job(seq_len=seq, global_batch_size=gbs, precision=precision, optimizer=optimizer)
+    # Whether a run fits is judged against the whole GPU: no planning headroom.
+    job = Job(seq_len=seq, global_batch_size=gbs, precision=precision, optimizer=optimizer,
+              memory_headroom=0.0)
     problem = layout_problem(layout, model, job, layout.num_gpus)
     if problem is not None:
         raise Skip(f"layout not valid for placer: {problem[0]} {problem[1]}: {problem[2]}")
@@ -558,9 +561,9 @@ def summarize(outcomes: list[Outcome], pairs: list[dict[str, Any]]) -> Summary:
 def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
     """A ``tune`` function that sets GEMM fields per family and the shared fitted constants."""
     def apply(calib: Calibration) -> Calibration:
-        from placer.cost.profile import gpu_family
+        from placer.cost.profile import constant_family
 
-        family = gpu_family(calib.gpu)
+        family = constant_family(calib.gpu)
         gemm = calib.gemm
         per_family = values.get("gemm", {}).get(family)
         if per_family:
@@ -694,8 +697,10 @@ class SourceFold:
 def leave_one_source_out(cases: list[Case], rounds: int, cycles: int) -> list[SourceFold]:
     """Fit every constant on all sources but one (bench/fit_compute.py), predict that one.
 
-    A constant the training sources do not exercise (a GPU family or FP8 only the held-out
-    source has) keeps fit_compute's fixed starting value, never the in-sample fit.
+    A GPU family only the held-out source has borrows its fallback family's fitted constants
+    (profile.FAMILY_FALLBACK); any other constant the training sources do not exercise (FP8 or
+    fused attention only the held-out source has) keeps fit_compute's fixed starting value,
+    never the in-sample fit.
     """
     import fit_compute
 
@@ -707,6 +712,13 @@ def leave_one_source_out(cases: list[Case], rounds: int, cycles: int) -> list[So
         train = [c for c in cases if c.source != source]
         held = [c for c in measured if c.source == source]
         fitted = fit_compute.fit(train, rounds, cycles)
+        # A GPU family only the held-out source has borrows its fallback family's fitted
+        # constants, as placer does for a family without rows (profile.FAMILY_FALLBACK).
+        for family in {c.family for c in held} - set(fitted["gemm"]):
+            borrowed = fitted["gemm"].get(FAMILY_FALLBACK.get(family, ""))
+            if borrowed:
+                fitted["gemm"][family] = {k: v for k, v in borrowed.items()
+                                          if k in prior["gemm"].get(family, {})}
         values = fit_compute.merge(prior, fitted)
         predicted = fit_compute.predicted_tps(held, values)
         loso = [abs(p / c.reported_tps - 1) * 100 for p, c in zip(predicted, held, strict=True)]
@@ -775,9 +787,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip timing estimates on a 16,384-GPU cluster")
     parser.add_argument("--no-loso", dest="loso", action="store_false",
                         help="skip the leave-one-source-out refits (minutes)")
-    parser.add_argument("--loso-rounds", type=int, default=4,
+    parser.add_argument("--loso-rounds", type=int, default=3,
                         help="grid rounds per cycle of each leave-one-source-out fit")
-    parser.add_argument("--loso-cycles", type=int, default=2,
+    parser.add_argument("--loso-cycles", type=int, default=1,
                         help="restarts of each leave-one-source-out fit")
     args = parser.parse_args(argv)
     cases, skipped, pairs = load(args.runs)

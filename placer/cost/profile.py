@@ -50,10 +50,13 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     "H100": GemmProfile(max_efficiency=0.771, fp8_max_efficiency=0.666,
                         half_efficiency_flops=1.37e10, attention_efficiency=0.202),
 }
-# Families without calibration rows borrow a measured one: H200 is the same GH100 die as H100
-# [conventions.md 5.3]; Blackwell and Ada have no published rows in the calibration set, so they
-# take the Hopper and Ampere figures (an assumption, to be replaced by a measured profile).
-FAMILY_FALLBACK = {"H200": "H100", "B200": "H100", "GB200": "H100", "L40S": "A100"}
+# GPUs built on one die share their efficiency constants; their peaks and HBM bandwidth come from
+# the GPU catalogue. H200 is H100's GH100 die with more and faster HBM [conventions.md 5.3];
+# GB200's GPUs are B200 dies in a Grace-Blackwell superchip at a higher power limit.
+CONSTANT_FAMILY = {"H200": "H100", "GB200": "B200"}
+# Families without fitted constants borrow the nearest measured one (an assumption, to be
+# replaced by a measured profile): Blackwell takes Hopper's, Ada Ampere's.
+FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
@@ -86,9 +89,15 @@ def gpu_family(gpu: GPU) -> str:
     return gpu.name.split("-")[0].upper()
 
 
-def gemm_for(gpu: GPU) -> GemmProfile:
-    """The fitted compute efficiencies for a GPU (its family's, or the fallback family's)."""
+def constant_family(gpu: GPU) -> str:
+    """The family whose fitted constants a GPU uses: its die's (``GB200`` -> ``B200``)."""
     family = gpu_family(gpu)
+    return CONSTANT_FAMILY.get(family, family)
+
+
+def gemm_for(gpu: GPU) -> GemmProfile:
+    """The fitted compute efficiencies for a GPU (its die's family, or the fallback family's)."""
+    family = constant_family(gpu)
     family = family if family in GEMM_BY_FAMILY else FAMILY_FALLBACK.get(family, "H100")
     return GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
 
