@@ -74,7 +74,7 @@ def make_plan(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5, profi
     variants: list[WhatIf] = []
     if with_what_ifs:
         say("checking what would change the answer")
-        variants = what_ifs(model, cluster, job, recommend_fn, profile)
+        variants = list(what_ifs(model, cluster, job, recommend_fn, result.tuples, profile))
     explanation = explain(model, cluster, job, candidates, baseline, variants)
     plan = build_plan(model, cluster, job, candidates, stats=result.stats,
                       defaults_used=defaults_used, explanation=explanation)

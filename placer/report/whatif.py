@@ -1,17 +1,23 @@
 """What would change the answer: the best layout again at half and twice the batch, twice the nodes.
 
-Each variant is one solver run for the top 1, with the same budget as the main search (a smaller
-CP-SAT budget places worse and can fake a flip). Which variants run depends only on the inputs
-(never on elapsed time), so the same inputs always give the same explanation. Twice the nodes is
-tried on regular clusters only: doubling a cluster with failed GPUs or several node pools is not
-a question anyone asks.
+Each variant searches only the degree tuples of the main search's costed table (for twice the
+nodes, each with one of dp, pp, cp or tp doubled) instead of the whole space again: three more
+full searches took 60-75 % of the command's time, most of it bounding tuples that cannot win.
+Within those tuples every knob (micro-batch, virtual stages, ZeRO, recompute, SP) is searched,
+placed and ranked by the same solver code with the same CP-SAT budget as the main search (a
+smaller budget places worse and can fake a flip). Only when none of those tuples runs in the
+variant is its whole space searched, so "no layout works" is never claimed of a variant that has
+one. bench/search_speed.py compares the answers with full searches of each variant.
+Which variants run depends only on the inputs (never on elapsed time), so the same inputs always
+give the same explanation. Twice the nodes is tried on regular clusters only: doubling a cluster
+with failed GPUs or several node pools is not a question anyone asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -21,9 +27,14 @@ from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 
+if TYPE_CHECKING:  # the solver (ortools) loads only when a search runs
+    from placer.solver.space import Degrees
+
 RecommendFn = Callable[..., Any]
 MAX_GPUS_FOR_MORE_NODES = 4096
 """Twice the nodes is tried only up to this many GPUs after doubling, to keep the command fast."""
+GROWN_DIMS = ("dp", "pp", "cp", "tp")
+"""The degrees one of which a layout doubles to use twice the nodes."""
 
 
 
@@ -61,16 +72,32 @@ def _with_batch(job: Job, global_batch: int) -> Job | None:
         return None
 
 
+def tuples_for(tuples: Sequence[Degrees], cluster: Cluster, variant: Cluster) -> list[Degrees]:
+    """The degree tuples a variant searches: the main search's as they are for another batch;
+    with twice the nodes, each of them with one of dp, pp, cp or tp doubled."""
+    if variant.num_gpus == cluster.num_gpus:
+        return list(tuples)
+    factor = variant.num_gpus // cluster.num_gpus
+    if factor * cluster.num_gpus != variant.num_gpus:
+        return []
+    return [replace(d, **{dim: factor * getattr(d, dim)}) for d in tuples for dim in GROWN_DIMS]
+
+
 def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn,
-             profile: Any = None) -> list[WhatIf]:
-    """Solve each variant for its single best layout."""
-    results = []
+             tuples: Sequence[Degrees], profile: Any = None) -> Iterator[WhatIf]:
+    """The best layout of each variant over the degree ``tuples`` of the main search's table
+    (``tuples_for``), each yielded as soon as it is known."""
     for label, variant_cluster, variant_job in variants(cluster, job):
+        among = tuples_for(tuples, cluster, variant_cluster)
         try:
-            found = recommend_fn(model, variant_cluster, variant_job, top_k=1, profile=profile)
+            try:
+                found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
+                                     profile=profile, among=among)
+            except PlacerError:  # none of those tuples runs there: search the whole space
+                found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
+                                     profile=profile)
         except PlacerError as exc:
-            results.append(WhatIf(label, None, None, str(exc)))
+            yield WhatIf(label, None, None, str(exc))
             continue
         best = found.candidates[0]
-        results.append(WhatIf(label, best.layout, best.step_time_s))
-    return results
+        yield WhatIf(label, best.layout, best.step_time_s)

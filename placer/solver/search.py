@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from placer.cost import estimate, minimum_gpus_needed
@@ -77,6 +78,9 @@ class RecommendResult:
     candidates: list[Candidate]
     stats: SearchStats
     detail: SearchDetail
+    tuples: list[Degrees] = field(default_factory=list)
+    """The degree tuples of the costed table's rows, best row first: the ones a what-if
+    searches again for a variant of the job (``among``)."""
 
 
 def _nvlink_size(cluster: Cluster) -> int:
@@ -219,16 +223,22 @@ def search_space(model: Model, cluster: Cluster, job: Job) -> Space:
 
 def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
               profile: LinkProfile | None = None,
-              time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> RecommendResult:
+              time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+              among: Sequence[Degrees] | None = None) -> RecommendResult:
     """The best ``top_k`` distinct layouts with their placements, best first.
 
     ``time_limit_s`` is CP-SAT's budget in deterministic seconds (about seconds of one core),
     half for the selection and half for placement, so the answer does not depend on machine
-    load. Raises InfeasibleError with the tightest reason when no layout can run.
+    load. With ``among`` only those of the space's degree tuples are searched (a what-if
+    re-ranks the tuples of the main search's table), every knob setting of them as usual.
+    Raises InfeasibleError with the tightest reason when no layout can run.
     """
     started = time.perf_counter()
     space = search_space(model, cluster, job)
     topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
+    if among is not None:
+        kept = set(among)
+        degrees = [d for d in degrees if d in kept]
     rows, table = build_table(model, cluster, job, degrees, keep=top_k, profile=profile)
     if not rows:
         reason = memory_reason(model, cluster, job, table)
@@ -261,10 +271,11 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
                         solver_status=selection.status, wall_s=wall_s)
     result = RecommendResult(candidates, stats, _detail(table, rows, selection.status,
                                                         selection.solves, costed, candidates,
-                                                        notes))
+                                                        notes),
+                             list(dict.fromkeys(r.degrees for r in rows)))
     return prefer_validated(result, job, lambda validated: recommend(
-        model, cluster, validated, top_k=top_k, profile=profile, time_limit_s=time_limit_s),
-        top_k)
+        model, cluster, validated, top_k=top_k, profile=profile, time_limit_s=time_limit_s,
+        among=among), top_k)
 
 
 def _detail(table: TableStats, rows: list[Row], status: str, solves: int, costed: int,

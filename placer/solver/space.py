@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from placer.dims import LAYOUT_DIMS
 from placer.spec.job import Job
@@ -62,14 +62,24 @@ class Degrees:
 
     def layout(self, *, vpp: int = 1, mbs: int = 1, zero: int = 0, recompute: str = "none",
                sp: bool = False) -> Layout:
-        """A Layout with these degrees; values are plain ints from this module, so skip checks."""
-        return Layout.model_construct(
-            tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=vpp,
-            micro_batch_size=mbs, zero_stage=zero, recompute=recompute, sequence_parallel=sp)
+        """A Layout with these degrees; values are plain ints from this module, so skip checks.
+
+        A copy of the tuple's base layout: ``model_copy`` is ~4x faster than ``model_construct``
+        filling every default, and the search builds hundreds of thousands of layouts."""
+        return _base_layout(self).model_copy(update={
+            "vpp": vpp, "micro_batch_size": mbs, "zero_stage": zero, "recompute": recompute,
+            "sequence_parallel": sp})
 
     @classmethod
     def of(cls, layout: Layout) -> Degrees:
         return cls(layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp)
+
+
+@lru_cache(maxsize=65536)
+def _base_layout(degrees: Degrees) -> Layout:
+    """The layout of ``degrees`` with every knob at its default."""
+    return Layout.model_construct(tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, cp=degrees.cp,
+                                  ep=degrees.ep, etp=degrees.etp)
 
 
 @cache
