@@ -65,6 +65,8 @@ class LayerWork:
     attention_gemms: tuple[tuple[float, int], ...] = ()  # unfused attention's batched GEMMs
     dispatch_bytes: float = 0.0  # MoE token dispatcher and router traffic (forward)
     routed_tokens: float = 0.0  # token copies this GPU's experts take (MoE layers)
+    module_bytes: tuple[tuple[str, float], ...] = ()  # what each recompute module releases
+    shared_gemms: int = 0  # trailing entries of ``gemms`` that are the shared experts'
 
     @property
     def gemm_flops(self) -> float:
@@ -125,10 +127,13 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         gemms.append((2 * tokens * h * ffn * gate / t, 1))
         gemms.append((2 * tokens * ffn * h / t, 1))
     stored = activation_bytes_per_token(model, layout, moe_layer, moe_load_imbalance=imbalance)
+    shared = 2 if moe_layer and model.moe is not None and model.moe.num_shared_experts else 0
     return LayerWork(gemms=tuple(gemms), attention_flops=attention,
                      elementwise_bytes=stored.total * tokens, score_bytes=score_bytes,
                      attention_gemms=attention_gemms, dispatch_bytes=dispatch,
-                     routed_tokens=routed)
+                     routed_tokens=routed,
+                     module_bytes=tuple((n, b * tokens) for n, b in stored.modules),
+                     shared_gemms=shared)
 
 
 def attended_keys_per_query(model: Model, seq_len: int, causal: bool = True) -> float:
@@ -221,11 +226,16 @@ def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
 
 
 def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: str,
-               *, is_layer: bool = True) -> PassTimes:
+               *, is_layer: bool = True, modules: tuple[str, ...] | None = None) -> PassTimes:
     """Time of forward, backward (dgrad + wgrad) and recomputation of ``work``.
 
-    Full recomputation repeats a layer's forward; selective repeats core attention only
-    (Megatron's ``core_attn``). The output layer is never recomputed (``is_layer=False``).
+    Full recomputation repeats a layer's forward. Selective repeats Megatron's ``modules``
+    (default core_attn): core_attn the attention kernel, mlp / moe the MLP's or MoE block's
+    GEMMs (moe: with its dispatcher passes) and their element-wise work, shared_experts their
+    GEMMs, moe_act and layernorm only element-wise work, each in proportion to the bytes it
+    re-creates (``LayerWork.module_bytes``). torchtitan's op-level selective checkpointing
+    (``op``) reruns the element-wise work and every other linear GEMM (its save list keeps the
+    odd matmuls' and SDPA's outputs). The output layer is never recomputed (``is_layer=False``).
     Fused attention runs in BF16 at its own efficiency; unfused attention's batched GEMMs run
     in BF16 at the GEMM efficiency (FP8 recipes only quantise the linear layers).
     """
@@ -248,8 +258,23 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     redo, redo_gemm = 0.0, 0.0
     if is_layer and recompute == "full":
         redo, redo_gemm = forward, linear + attn_gemm
+    elif is_layer and recompute == "op":
+        redo, redo_gemm = memory + linear / 2, linear / 2
     elif is_layer and recompute == "selective":
-        redo, redo_gemm = attn_gemm + fused + scores, attn_gemm
+        chosen = modules or ("core_attn",)
+        if "core_attn" in chosen:
+            redo, redo_gemm = attn_gemm + fused + scores, attn_gemm
+        times = [n * gemm_time(f, peak, eff, half) for f, n in work.gemms]
+        mlp_gemms = sum(times[2:])
+        shared_gemms = sum(times[len(times) - work.shared_gemms:]) if work.shared_gemms else 0.0
+        for name, nbytes in work.module_bytes:
+            if name not in chosen or name == "core_attn":
+                continue
+            gemm = {"mlp": mlp_gemms, "moe": mlp_gemms, "shared_experts": shared_gemms}.get(
+                name, 0.0)
+            share = nbytes / work.elementwise_bytes if work.elementwise_bytes else 0.0
+            redo += gemm + memory * share + (dispatch if name == "moe" else 0.0)
+            redo_gemm += gemm
     return PassTimes(forward, backward, redo, 3 * (linear + attn_gemm) + redo_gemm)
 
 
@@ -284,9 +309,26 @@ def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
         return 0.0
     per_token = forward_flops_per_token(model, job.seq_len)
     per_token -= 2 * model.hidden_size * model.vocab_size  # the output layer is not redone
-    if layout.recompute == "selective":
-        per_token = model.num_layers * 4 * model.num_attention_heads * (
-            model.attention_head_dim * attended_keys_per_query(model, job.seq_len, causal=False))
+    core_attn = model.num_layers * 4 * model.num_attention_heads * (
+        model.attention_head_dim * attended_keys_per_query(model, job.seq_len, causal=False))
+    if layout.recompute == "op":  # every other linear GEMM (pass_times)
+        per_token = (per_token - core_attn) / 2
+    elif layout.recompute == "selective":
+        chosen = layout.recompute_modules or ("core_attn",)
+        h, gate = model.hidden_size, mlp_matrices(model)
+        moe_layers = num_moe_layers(model)
+        redo = core_attn if "core_attn" in chosen else 0.0
+        if "mlp" in chosen:
+            redo += (model.num_layers - moe_layers) * 2 * h * model.ffn_hidden_size * gate
+        if model.moe is not None and ("moe" in chosen or "shared_experts" in chosen):
+            moe = model.moe
+            fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+            shared = moe.num_shared_experts * 2 * h * fs * gate
+            routed = 2 * h * moe.num_experts + moe.top_k * 2 * h * moe.expert_ffn_hidden_size * gate
+            redo += moe_layers * (shared + (routed if "moe" in chosen else 0.0))
+        per_token = redo
+    elif layout.recompute_layers is not None:  # block method: that many layers per stage
+        per_token *= min(1.0, layout.recompute_layers * layout.pp * layout.vpp / model.num_layers)
     return per_token * job.tokens_per_step
 
 

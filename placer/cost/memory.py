@@ -28,6 +28,7 @@ from placer.cost.params import (
 )
 from placer.cost.pipeline import microbatches_in_flight, parameter_copies
 from placer.cost.profile import bounding_node_type
+from placer.cost.recompute import offloaded_layers, recomputed_fraction
 from placer.cost.stack_options import job_options
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -98,35 +99,50 @@ class ActivationParts:
     checkpoint: float
     op_saved: float
     backward_working: float
+    modules: tuple[tuple[str, float], ...] = ()
+    """Bytes per token each Megatron ``--recompute-modules`` entry releases (core_attn: the
+    softmax statistics or scores; layernorm: the norm outputs, i.e. the linear inputs; mlp / moe:
+    the MLP's or MoE block's inner tensors; moe_act: the expert activation outputs;
+    shared_experts: the shared experts' inner tensors; mla_up_proj: 0, MLA is modelled as MHA)."""
 
     @property
     def total(self) -> float:
         return (self.norms + self.linear_inputs + self.qkv + self.core_out + self.softmax
                 + self.mlp_inner + self.dropout)
 
-    def kept(self, recompute: str) -> float:
+    def released(self, modules: tuple[str, ...] | None) -> float:
+        """Bytes per token the selective ``modules`` release (default Megatron's core_attn)."""
+        chosen = modules or ("core_attn",)
+        return sum(b for name, b in self.modules if name in chosen) if self.modules else (
+            self.softmax if "core_attn" in chosen else 0.0)
+
+    def kept(self, recompute: str, modules: tuple[str, ...] | None = None) -> float:
         """What the layer holds between its forward and backward under ``recompute``.
 
-        ``selective`` is Megatron's core-attention recomputation: q, k, v are its checkpoint
-        inputs and its output is the projection's saved input, so only the softmax statistics
-        (or unfused scores) go. ``op`` is torchtitan's op-level selective checkpointing: the
-        layer input plus the outputs of SDPA and of every other matmul. ``full``: the input.
+        ``selective`` is Megatron's recomputation of ``modules`` (default core_attn: q, k, v are
+        its checkpoint inputs and its output is the projection's saved input, so only the
+        softmax statistics or unfused scores go; see ``modules``). ``op`` is torchtitan's
+        op-level selective checkpointing: the layer input plus the outputs of SDPA and of every
+        other matmul. ``full``: the input.
         """
         if recompute == "none":
             return self.total
         if recompute == "selective":
-            return self.total - self.softmax
+            return self.total - self.released(modules)
         if recompute == "op":
             return self.checkpoint + self.op_saved
         if recompute == "full":
             return self.checkpoint
         raise ValueError(f"unknown recompute mode {recompute!r}")
 
-    def backward_peak(self, recompute: str) -> float:
+    def backward_peak(self, recompute: str, modules: tuple[str, ...] | None = None) -> float:
         """Bytes above what is kept while this layer runs its backward: what it recomputes
-        first (full: the whole layer; op: all but what op-level checkpointing saved) and the
-        gradient working set."""
+        first (full: the whole layer; op: all but what op-level checkpointing saved; selective:
+        the largest recomputed module, one at a time) and the gradient working set."""
         redo = {"full": self.total, "op": self.total - self.op_saved}.get(recompute, 0.0)
+        if recompute == "selective":
+            chosen = modules or ("core_attn",)
+            redo = max((b for name, b in self.modules if name in chosen), default=0.0)
         if recompute == "op":
             redo -= self.checkpoint
         return max(0.0, redo) + self.backward_working
@@ -187,27 +203,32 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     sdpa = b * heads * d + FP32_BYTES * heads
     gate = 2 if model.gated_mlp else 1
     if moe_layer and model.moe is not None:
-        mlp_input, mlp_inner, op_mlp, working = _moe_parts(model, layout, moe_load_imbalance,
-                                                           lin, fused)
+        mlp_input, mlp_inner, op_mlp, working, act_out, shared = _moe_parts(
+            model, layout, moe_load_imbalance, lin, fused)
+        modules = (("moe", mlp_inner), ("moe_act", act_out), ("shared_experts", shared))
     else:
         f = model.ffn_hidden_size / t
         mlp_input = lin * h * gathered
         mlp_inner = _mlp_inner_bytes(f, model.gated_mlp, lin, fused)
         op_mlp = b * f * gate if fused else b * f + (b * h if model.gated_mlp else 0.0)
         working = b * f * gate
+        modules = (("mlp", mlp_inner),)
     op_attn = b * d * (heads + (2 * kv if fused else kv)) + sdpa
     if layout.sequence_parallel and t > 1:
         op_attn += 2 * b * h * rep  # the reduce-scatter outputs (in torchtitan's save list)
     return ActivationParts(
         norms=norms, linear_inputs=attn_input + mlp_input, qkv=qkv, core_out=core_out,
         softmax=softmax, mlp_inner=mlp_inner, dropout=dropout, checkpoint=b * h * rep,
-        op_saved=op_attn + op_mlp, backward_working=working + b * h)
+        op_saved=op_attn + op_mlp, backward_working=working + b * h,
+        modules=(("core_attn", softmax), ("layernorm", attn_input + mlp_input),
+                 ("mla_up_proj", 0.0), *modules))
 
 
 def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
-               fused: bool) -> tuple[float, float, float, float]:
+               fused: bool) -> tuple[float, float, float, float, float, float]:
     """MoE block per local token: (router input, routed copies and expert MLPs and shared
-    experts, what op-level checkpointing keeps, backward working set)."""
+    experts, what op-level checkpointing keeps, backward working set, the experts' activation
+    outputs (what moe_act recomputation drops), the shared experts' inner tensors)."""
     moe = model.moe
     assert moe is not None
     h, t, b = model.hidden_size, layout.tp, BF16_BYTES
@@ -234,7 +255,8 @@ def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
     # torchtitan's save list, so the experts are recomputed.
     op = b * moe.num_experts * rep
     working = b * routed * fe * gate + b * shared_ffn / t * gate
-    return router_input, probs + routed * per_routed + shared, op, working
+    act_out = routed * lin * fe  # the second expert GEMM's input, the activation's output
+    return router_input, probs + routed * per_routed + shared, op, working, act_out, shared
 
 
 @dataclass(frozen=True)
@@ -297,14 +319,26 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     imbalance = options.routed_imbalance
     dense_act, moe_act = acts
     dense_layers = shape.layers - shape.moe_layers
-    recompute = layout.recompute
+    recompute, modules = layout.recompute, layout.recompute_modules
+    redone = recomputed_fraction(layout, model.num_layers, shape.stage)
+
+    def kept(act: ActivationParts) -> float:
+        if recompute == "full" and redone < 1.0:  # block method: the rest keep everything
+            return redone * act.kept("full") + (1.0 - redone) * act.kept("none")
+        return act.kept(recompute, modules)
+
     # Every in-flight micro-batch keeps what its layers keep; on top, the layer running its
     # backward recomputes what was dropped and holds its gradient working set (measured with
     # PyTorch in tests/test_memory_pytorch.py).
-    per_mb = (dense_layers * dense_act.kept(recompute)
-              + shape.moe_layers * moe_act.kept(recompute)) * tokens
-    worst = max((act.backward_peak(recompute) for act, n in
+    per_mb = (dense_layers * kept(dense_act) + shape.moe_layers * kept(moe_act)) * tokens
+    worst = max((act.backward_peak(recompute if redone > 0 or recompute != "full" else "none",
+                                   modules) for act, n in
                  ((dense_act, dense_layers), (moe_act, shape.moe_layers)) if n), default=0.0)
+    offloaded = offloaded_layers(layout, shape.layers)
+    if offloaded:  # on the host, but one layer's worth is in flight to or from it
+        per_layer = per_mb / max(1, shape.layers)
+        per_mb -= offloaded * per_layer
+        worst += per_layer / tokens
     activations = per_mb * held + worst * tokens
     if shape.first:
         mask = model.hidden_size * (1.0 / layout.tp if layout.sequence_parallel else 1.0)

@@ -12,7 +12,7 @@ The breakdown's parts add up to the step time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placer.cost import collectives as coll
 from placer.cost.collectives import CollectiveTime, GroupLink
@@ -38,7 +38,8 @@ from placer.cost.memory import memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
 from placer.cost.pipeline import bubble_s
-from placer.cost.profile import Calibration, calibration_for
+from placer.cost.profile import Calibration, bounding_node_type, calibration_for
+from placer.cost.recompute import offloaded_layers, recomputed_fraction
 from placer.cost.stack_options import job_options
 from placer.dims import DEFAULT_ORDER, PART_GROUP, PART_ORDER, PRICED_GROUPS, Group, Part
 from placer.errors import InputError
@@ -214,9 +215,11 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     tokens = tokens_per_gpu(job, layout)
     precision = job.precision
     dense_work = layer_work(model, job, layout, False, options)
-    dense = pass_times(dense_work, calib, precision, layout.recompute)
-    moe = (pass_times(layer_work(model, job, layout, True, options), calib, precision,
-                      layout.recompute) if model.moe is not None else ZERO_TIMES)
+    modules = layout.recompute_modules
+    dense = pass_times(dense_work, calib, precision, layout.recompute, modules=modules)
+    moe_work = layer_work(model, job, layout, True, options) if model.moe is not None else None
+    moe = (pass_times(moe_work, calib, precision, layout.recompute, modules=modules)
+           if moe_work is not None else ZERO_TIMES)
     # FP8 recipes keep the output layer in BF16: Megatron-Core's output_layer is a plain
     # tensor_parallel.ColumnParallelLinear, not a Transformer Engine module, so fp8_autocast
     # leaves it alone; torchtitan's float8 options name "output" as the module to filter.
@@ -239,6 +242,11 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         key = shape.kind
         if key not in by_shape:
             compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
+            redone = recomputed_fraction(layout, model.num_layers, shape.stage)
+            if layout.recompute == "full" and redone < 1.0:  # block method: N layers per stage
+                compute = replace(compute, recompute_s=compute.recompute_s * redone)
+            compute = compute + _offload_stall(layout, shape, dense_work, moe_work, dense, moe,
+                                               cluster)
             if shape.last:
                 compute = compute + head
             cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
@@ -299,6 +307,31 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         breakdown=breakdown, memory=memory, collectives=ledger.sorted_rows(),
         links={str(part): links[group].link_class  # type: ignore[misc]
                for part, group in PART_GROUP.items() if part != Part.ZERO and group in links})
+
+
+def _offload_stall(layout: Layout, shape: StageShape, dense_work: LayerWork,
+                   moe_work: LayerWork | None, dense: PassTimes, moe: PassTimes,
+                   cluster: Cluster) -> PassTimes:
+    """Activation offload transfers the layer compute does not hide (charged to compute).
+
+    An offloaded layer's saved activations go to the host over PCIe while the next layer runs
+    its forward, and come back while the layer after it in the backward runs (Megatron
+    --cpu-offloading-num-layers); the copy that outlasts that layer stalls the stream.
+    """
+    layers = offloaded_layers(layout, shape.layers)
+    if not layers:
+        return ZERO_TIMES
+    bandwidth = bounding_node_type(cluster).fabric.pcie_bandwidth_bytes_per_s
+    kinds = [(dense_work, dense, shape.layers - shape.moe_layers)]
+    if moe_work is not None:
+        kinds.append((moe_work, moe, shape.moe_layers))
+    forward = backward = 0.0
+    for work, times, count in kinds:
+        share = layers * count / max(1, shape.layers)
+        copy_s = work.elementwise_bytes / bandwidth
+        forward += share * max(0.0, copy_s - times.forward_s)
+        backward += share * max(0.0, copy_s - times.backward_s)
+    return PassTimes(forward, backward, 0.0)
 
 
 def _bubble(layout: Layout, stage_times: list[_StageTime]) -> float:
