@@ -13,6 +13,7 @@ import pytest
 
 from placer.cli import main
 from placer.cost import estimate
+from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms
 from placer.mesh import MeshGrid
 from placer.spec import Plan
 from placer.spec.presets import cluster_preset, model_preset
@@ -56,7 +57,8 @@ def test_readme_command_prints_a_recommendation_with_its_defaults(
     assert "defaults used seq_len=8192" in out and "global_batch=512 sequences" in out
     assert "Top 5 layouts, best first" in out
     assert "Why #1:" in out and "- Best: TP=" in out and "- Links: TP=" in out
-    assert "common default" in out
+    assert "- Against the published recipe nemo2407-llama3-70b-64xh100-fp8" in out
+    assert "stack=megatron-core@" in out  # the default stack is stated
     assert "- What would change the answer: at " in out or "- The answer holds at " in out
     assert "searched in" in err and "searched in" not in out
 
@@ -87,7 +89,9 @@ def test_json_validates_against_placer_schema_plan(plan_text: str,
 
 def test_json_candidates_are_best_first_with_rank_maps(plan_text: str) -> None:
     plan = Plan.model_validate_json(plan_text)
-    times = [c.step_time_s for c in plan.candidates]
+    # Best first: by step time, an unvalidated mechanism counted as slower by the model's error.
+    times = [c.step_time_s * (1 + (MODEL_ERROR if unvalidated_mechanisms(c.layout, plan.job)
+                                   else 0)) for c in plan.candidates]
     assert len(times) == 5 and times == sorted(times)
     for cand in plan.candidates:
         assert cand.fits and cand.layout.num_gpus == 64
