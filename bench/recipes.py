@@ -7,7 +7,7 @@ performance tables, torchtitan's benchmarks, the Llama 3 paper; each row cites i
 - fits: the cost model predicts it fits with the default memory headroom;
 - error: predicted vs measured throughput per GPU (tokens/s where the source gives it, else
   model TFLOP/s or MFU);
-- rank: where the recipe's degrees first appear among placer's top ``--top`` candidates;
+- rank: the recipe's place among placer's top ``--top`` candidates by predicted step time;
 - #1 gain: placer's #1 predicted throughput over the recipe's, and whether the model can tell
   them apart (its measured error, ``placer.cost.validity.MODEL_ERROR``).
 
@@ -36,6 +36,7 @@ from placer.errors import PlacerError  # noqa: E402
 from placer.mesh import DEFAULT_ORDER  # noqa: E402
 from placer.report.describe import same_shape  # noqa: E402
 from placer.solver import recommend  # noqa: E402
+from placer.solver.select import KNOB_TOLERANCE  # noqa: E402
 from placer.spec.cluster import Cluster  # noqa: E402
 from placer.spec.job import Job  # noqa: E402
 from placer.spec.layout import layout_problem  # noqa: E402
@@ -122,8 +123,12 @@ def evaluate(recipe: Recipe, top: int) -> Outcome:
     except PlacerError as exc:
         return Outcome(recipe, expressible, est.fits, error, figure, f"none ({exc})", None,
                        None, time.perf_counter() - started, ())
-    rank = next((str(i) for i, c in enumerate(found, 1) if same_shape(c.layout, layout)),
-                f">{top}")
+    # Its rank: one more than the distinct candidates predicted faster than it (beyond the
+    # solver's knob tolerance, within which it would be one of them).
+    faster = sum(c.step_time_s < est.step_time_s * (1 - KNOB_TOLERANCE) for c in found)
+    rank = str(faster + 1) if faster < len(found) else f">{len(found)}"
+    if any(same_shape(c.layout, layout) for c in found[:1]):
+        rank = "1"
     best = found[0]
     gain = est.step_time_s / best.step_time_s - 1.0
     notes = tuple(line for line in best.why if line.startswith("unvalidated"))

@@ -162,3 +162,10 @@ def test_explain_says_how_many_gpus_stay_idle_and_the_uneven_split() -> None:
     assert "layers per pipeline stage 21/21/19/19" in lines[0]
     assert lines[1].startswith("It uses 32 of the 63 usable GPUs; the other 31 stay idle")
     assert "divide the global batch of 512, and TP the attention heads" in lines[1]
+
+
+def test_a_recipe_with_the_degrees_of_a_candidate_says_which() -> None:
+    recipe_layout = SECOND.layout.model_copy(update={"vpp": 2})
+    recipe = make_candidate(recipe_layout, parts={"pp_bubble_s": 2.2})
+    text = versus_default(MODEL, JOB, BEST, Baseline(recipe_layout, recipe), [BEST, SECOND])
+    assert text.endswith(" #2 has its degrees, with other knobs.")

@@ -26,7 +26,7 @@ from placer.report.describe import (
 from placer.report.whatif import WhatIf
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
-from placer.spec.layout import layout_problem
+from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.results import Estimate
 
@@ -124,6 +124,11 @@ def versus(best: Estimate, other: Estimate, name: str) -> str:
             f"({seconds(other.step_time_s)} per step); {reasons(best, other)}{memory}.")
 
 
+def same_degrees(a: Layout, b: Layout) -> bool:
+    """The same parallel degrees (knobs such as VPP or recompute may differ)."""
+    return all(getattr(a, d) == getattr(b, d) for d in ("tp", "pp", "dp", "cp", "ep", "etp"))
+
+
 def _baseline_label(baseline: Baseline) -> str:
     if baseline.recipe is not None:
         source = baseline.recipe.source
@@ -145,9 +150,13 @@ def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline,
         spelled += f" ({baseline.note})"
     rank = next((i for i, c in enumerate(candidates, 1) if same_shape(c.layout, baseline.layout)),
                 None)
+    degrees = next((i for i, c in enumerate(candidates, 1)
+                    if same_degrees(c.layout, baseline.layout)), None)
     if same_shape(best.layout, baseline.layout):
         return f"This is {spelled}; placer confirms it."
     in_top = f" It is #{rank} here." if rank is not None else ""
+    if rank is None and degrees is not None:
+        in_top = f" #{degrees} has its degrees, with other knobs."
     ratio = gain(best, default)
     if ratio < -TIE_FRACTION:
         problem = layout_problem(baseline.layout, model, job, best.layout.num_gpus)
@@ -182,18 +191,30 @@ def links_sentence(best: Estimate, cluster: Cluster) -> str:
 
 def what_if_sentences(best: Estimate, what_ifs: list[WhatIf]) -> list[str]:
     """One sentence per variant that changes the answer, then one for those that do not."""
-    lines, holds = [], []
+    holds = holds_sentence(best, what_ifs)
+    return change_sentences(best, what_ifs) + ([holds] if holds else [])
+
+
+def change_sentences(best: Estimate, what_ifs: list[WhatIf]) -> list[str]:
+    """One sentence per variant that changes the answer, in the variants' order (a longer list
+    of variants only adds sentences: the command prints each as its variant is solved)."""
+    lines: list[str] = []
     for what in what_ifs:
         lead = "What would change the answer: at" if not lines else "At"
         if what.layout is None:
             lines.append(f"{lead} {what.label} no layout works ({what.problem}).")
-        elif same_shape(what.layout, best.layout):
-            holds.append(what.label)
-        else:
+        elif not same_shape(what.layout, best.layout):
             time = f", {seconds(what.step_time_s)} per step" if what.step_time_s else ""
             lines.append(f"{lead} {what.label}, {shape_changes(best.layout, what.layout)} wins "
                          f"({layout_text(what.layout)}{time}).")
-    if holds:
-        joined = holds[0] if len(holds) == 1 else ", ".join(holds[:-1]) + " and " + holds[-1]
-        lines.append(f"The answer holds at {joined}.")
     return lines
+
+
+def holds_sentence(best: Estimate, what_ifs: list[WhatIf]) -> str:
+    """The variants that keep the answer, in one sentence ("" if none does)."""
+    holds = [w.label for w in what_ifs if w.layout is not None and same_shape(w.layout,
+                                                                            best.layout)]
+    if not holds:
+        return ""
+    joined = holds[0] if len(holds) == 1 else ", ".join(holds[:-1]) + " and " + holds[-1]
+    return f"The answer holds at {joined}."
