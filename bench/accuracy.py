@@ -447,6 +447,11 @@ def _reported(record: dict[str, Any], model: Model, job: Job
     seq = job.seq_len
     if "eq.(3)" in kind or "hardware tflops" in kind:
         per_token: float | None = eq3_flops_per_token(model, seq)
+    elif "non-causal" in kind:
+        # 3 x the forward GEMMs over the full s x s square: NeMo's flops_formulas.py and
+        # Megatron's count before their causal discounts (l h^2 (12 + 12g/a + 18f/h + 12s/h
+        # + 6V/(lh)) per token for gated models).
+        per_token = 3 * forward_flops_per_token(model, seq)
     elif "model" in kind and (model.moe is not None
                               or record["source_id"] in CURRENT_MEGATRON_FLOPS_SOURCES):
         per_token = current_megatron_flops_per_token(model, seq)
