@@ -23,8 +23,9 @@ Four ways to state it, each with the framework's own rules:
   ``module_fqns_per_model_part``).
 
 Without any of them an uneven split with VPP counts the embedding and loss as layers (Megatron's
-recipe for 126-, 94- and 61-layer models) when that divides, and without VPP keeps the first and
-last ranks lightest.
+recipe for 126- and 94-layer models) when that divides, else spreads the virtual stages as evenly
+as possible with those two counted (61-layer DeepSeek-V3 and Kimi-K2 on PP4 VPP4 or PP8 VPP4);
+without VPP it keeps the first and last ranks lightest.
 """
 
 from __future__ import annotations
@@ -216,9 +217,29 @@ def _auto(num_layers: int, pp: int, vpp: int) -> PipelineSplit | Problem:
     ends = _from_ends(num_layers, pp, vpp, True, True)
     if isinstance(ends, PipelineSplit):
         return ends
-    return ("layout.vpp", vpp, f"pp*vpp={pp * vpp} does not divide num_layers={num_layers}; "
-            "count the embedding and loss as layers (emb=on,loss=on), set first=/last=, or give "
-            "the stages (pplayout=Et|(tt|)*30,L or stages=...)")
+    return _balanced(num_layers, pp, vpp)
+
+
+def _balanced(num_layers: int, pp: int, vpp: int) -> PipelineSplit | Problem:
+    """Virtual stages as even as possible with the embedding and the loss counted as one layer
+    each, the extra layers on the middle stages (latest first): the kind of explicit layout
+    Megatron-Bridge writes for DeepSeek-V3 and Kimi-K2 (recipes' ``map_pp_vp_to_layout``, e.g.
+    PP4 VPP4 as ``E t*4 | (t*4 |)*14 t L``); written to Megatron as
+    ``--pipeline-model-parallel-layout``."""
+    chunks = pp * vpp
+    if chunks > num_layers + 2:
+        return ("layout.vpp", vpp, f"pp*vpp={chunks} virtual stages exceed the {num_layers} "
+                "layers plus embedding and loss")
+    base, extra = divmod(num_layers + 2, chunks)
+    sizes = [base] * chunks
+    receivers = list(range(chunks - 2, 0, -1)) + [chunks - 1, 0]
+    for chunk in receivers[:extra]:
+        sizes[chunk] += 1
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    if min(sizes) < 0:
+        return ("layout.vpp", vpp, "too few layers for the first or last virtual stage")
+    return PipelineSplit(chunks=tuple(sizes), pp=pp, embedding_in_split=True, loss_in_split=True)
 
 
 def resolve_split(num_layers: int, pp: int, vpp: int, *, first: int | None = None,
