@@ -318,7 +318,10 @@ def case_for(record: dict[str, Any]) -> Case:
     if torchtitan and other.get("local_batch_size"):
         local = other["local_batch_size"]
         gbs = local * dp
-        mbs = 1 if pp > 1 else local  # torchtitan's pipeline micro-batch size defaults to 1
+        # torchtitan (Dec 2024) splits the local batch into pp micro-batches: its
+        # pipeline_parallel_microbatches defaults to the pipeline degree (parallelize/pipeline
+        # code: "n_microbatches = ... or pipeline_parallel_degree").
+        mbs = max(1, local // pp) if pp > 1 else local
     if gbs is None:
         raise Skip("global batch size not stated")
     if mbs is None:
@@ -400,9 +403,10 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     dp_overlap = "not overlapped" not in notes and source not in DEEPSPEED_PIPELINE_SOURCES
     sharding = str(record["layout"].get("dp_sharding") or "")
     deepspeed = "deepspeed" in sharding.lower() or source in DEEPSPEED_PIPELINE_SOURCES
-    # torchtitan runs eager PyTorch modules; with torch.compile inductor fuses the element-wise
-    # work (taken as the fused kernels' memory, an assumption: not measured here).
-    eager = source in TORCHTITAN_SOURCES and "compile" not in techniques
+    # torchtitan runs eager PyTorch modules (separate projections, unfused cross-entropy). Its
+    # checkpointing policies decide what is saved whether or not torch.compile runs (the SAC
+    # policy keeps the same matmul outputs), so compiled runs keep the eager module structure.
+    eager = source in TORCHTITAN_SOURCES
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
