@@ -207,10 +207,12 @@ def _short(e: Estimate) -> str:
 
 def plot_recommendation(rec: Recommendation, out_dir: Path,
                         formats: Sequence[str] = FORMATS) -> list[Path]:
-    """``plot_plan`` with the common default as an extra bar (what --plot draws)."""
+    """``plot_plan`` with the baseline (published recipe or engineer's rule) as an extra bar
+    (what --plot draws)."""
     extra = []
     if rec.baseline is not None and rec.baseline.estimate is not None:
-        extra.append(("common\ndefault", rec.baseline.estimate))
+        label = "published\nrecipe" if rec.baseline.recipe is not None else "engineer's\nrule"
+        extra.append((label, rec.baseline.estimate))
     return plot_plan(rec.plan, out_dir, extra, formats)
 
 
