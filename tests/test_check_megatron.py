@@ -22,8 +22,13 @@ def parse(text: str, name: str = "train.sh"):
 def test_variables_are_read_in_script_order() -> None:
     parsed = parse("TP=2\nA=(--tensor-model-parallel-size $TP)\nTP=8\ntorchrun x.py ${A[@]}\n")
     assert parsed.settings.tp == 2
-    # an array that no command expands launches nothing
-    assert parse("A=(--tensor-model-parallel-size 8)\n").recognised is False
+    # an array that no command expands launches nothing...
+    parsed = parse("A=(--tensor-model-parallel-size 8)\ntorchrun x.py --pipeline-model-"
+                   "parallel-size 2\n")
+    assert (parsed.settings.tp, parsed.settings.pp) == (1, 2)
+    # ...unless no command uses any flag: an argument file to be sourced (megatron_args.sh)
+    parsed = parse("A=(--tensor-model-parallel-size 8)\n")
+    assert parsed.settings.tp == 8 and any("argument file" in n for n in parsed.notes)
 
 
 def test_flag_forms_last_occurrence_wins_and_lines() -> None:

@@ -18,7 +18,7 @@ from placer.check.findings import (
     Finding,
     InputProblem,
 )
-from placer.check.parse import read_config
+from placer.check.parse import read_configs
 from placer.check.resolve import CheckOptions, check_config
 from placer.check.rules import RULES
 from placer.errors import PlacerError
@@ -38,15 +38,18 @@ def check_paths(paths: Sequence[str | Path], options: CheckOptions,
     for raw in paths:
         path = Path(raw)
         try:
-            summary, found = check_config(read_config(path, options.inputs()), options)
+            checked = [check_config(parsed, options)
+                       for parsed in read_configs(path, options.inputs())]
         except PlacerError as exc:
             message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
             problems.append(InputProblem(file=str(path), message=message))
             continue
-        configs.append(summary)
-        findings += sorted(found, key=lambda f: (
-            -1 if f.candidate is None else f.candidate, -SEVERITY_RANK[f.severity],
-            _RULE_ORDER[f.rule_id]))
+        for summary, found in checked:
+            configs.append(summary)
+            found = [f.model_copy(update={"config": summary.config}) for f in found]
+            findings += sorted(found, key=lambda f: (
+                -1 if f.candidate is None else f.candidate, -SEVERITY_RANK[f.severity],
+                _RULE_ORDER[f.rule_id]))
     counts = {severity: sum(f.severity == severity for f in findings)
               for severity in ("error", "warning", "info")}
     threshold = SEVERITY_RANK[fail_on]

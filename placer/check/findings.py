@@ -29,6 +29,7 @@ class Finding(Output):
     ranks: list[int] = Field(default_factory=list, description="global ranks of the first group")
     nodes: list[int] = Field(default_factory=list, description="nodes those ranks run on")
     candidate: int | None = Field(default=None, description="plan candidate index, for plans")
+    config: str | None = Field(default=None, description="config inside the file, if several")
 
 
 class InputProblem(Output):
@@ -43,7 +44,8 @@ class ConfigSummary(Output):
 
     file: str
     kind: Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox", "nemo",
-                  "plan", "layout"]
+                  "plan", "layout", "other"]
+    config: str | None = Field(default=None, description="config inside the file, if several")
     layout: str | None = Field(default=None, description="compact layout, when it resolved")
     order: str | None = Field(default=None, description="rank order, innermost first")
     cluster: str | None = None

@@ -10,12 +10,15 @@ from placer.check.parse_deepspeed import is_deepspeed, parse_deepspeed
 from placer.check.parse_megatron import parse_megatron
 from placer.check.parse_plan import is_layout_file, is_plan, parse_layout_file, parse_plan
 from placer.check.parse_torchtitan import parse_torchtitan
+from placer.check.parse_torchtitan_py import is_torchtitan_py, parse_torchtitan_py
 from placer.check.parse_yaml_frameworks import is_nemo, is_neox, parse_nemo, parse_neox
-from placer.check.parsed import ParsedConfig
+from placer.check.parsed import WORLD_KEYS, ParsedConfig
+from placer.check.world import placer_world
 from placer.errors import PlacerError
 from placer.spec.presets import MAX_INPUT_BYTES, read_document
 
 DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
+TEXT_SUFFIXES = (".md", ".rst")
 
 
 def _text(path: Path) -> str:
@@ -30,20 +33,61 @@ def _text(path: Path) -> str:
 
 
 def read_config(path: Path, inputs: Mapping[str, str] | None = None) -> ParsedConfig:
-    """Parse one config; every problem reading it is a one-line PlacerError naming the file.
+    """The first (usually only) config of a file; see ``read_configs``."""
+    return read_configs(path, inputs)[0]
+
+
+def read_configs(path: Path, inputs: Mapping[str, str] | None = None) -> list[ParsedConfig]:
+    """Every config of one file (a torchtitan registry holds several); every problem reading
+    it is a one-line PlacerError naming the file.
 
     ``inputs``: environment variables known before a launch script runs (``--env``, and the
     node count of ``--nodes``)."""
     try:
-        return _read(path, inputs or {})
+        text = _text(path)
+        configs = _dispatch(path, text, inputs or {})
     except PlacerError as exc:
         if str(exc).startswith(str(path)):
             raise
         raise PlacerError(f"{path}: {exc}") from None
+    header = placer_world(text)
+    for parsed in configs:
+        if header is not None and parsed.world_size is None:
+            nodes, per_node, line = header
+            parsed.world_size, parsed.nproc_per_node = nodes * per_node, per_node
+            parsed.world_source = f"its placer-world line: {nodes} nodes x {per_node} GPUs"
+            parsed.lines.setdefault("world", line)
+            for key in WORLD_KEYS:
+                parsed.unresolved.pop(key, None)
+    return configs
 
 
-def _read(path: Path, inputs: Mapping[str, str]) -> ParsedConfig:
-    text = _text(path)
+def _other(path: Path, what: str) -> list[ParsedConfig]:
+    """A file that is no training config (a README, a rank map, a Kubernetes object)."""
+    return [ParsedConfig(path=str(path), kind="other", recognised=False, notes=[what])]
+
+
+def _dispatch(path: Path, text: str, inputs: Mapping[str, str]) -> list[ParsedConfig]:
+    suffix = path.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return _other(path, "documentation, not a config")
+    if suffix == ".py":
+        if is_torchtitan_py(text):
+            configs = parse_torchtitan_py(path, text)
+            if configs:
+                return configs
+        return _other(path, "Python without a torchtitan ParallelismConfig")
+    if suffix in DOCUMENT_SUFFIXES:
+        data = read_document(path)
+        if isinstance(data, dict) and str(data.get("format", "")).startswith("placer-") \
+                and not is_plan(data):
+            return _other(path, f"placer's {data['format']} file: no parallel settings")
+        if isinstance(data, dict) and "apiVersion" in data and "kind" in data:
+            return _other(path, f"a Kubernetes {data['kind']}: no parallel settings")
+    return [_read(path, text, inputs)]
+
+
+def _read(path: Path, text: str, inputs: Mapping[str, str]) -> ParsedConfig:
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return parse_torchtitan(path, text)
@@ -64,4 +108,6 @@ def _read(path: Path, inputs: Mapping[str, str]) -> ParsedConfig:
         raise PlacerError(f"{path}: format {json.dumps(data['format'])} is not "
                           "placer-plan/1")
     raise PlacerError(f"{path}: not a placer plan (format: placer-plan/1), a layout file (a "
-                      "layout key) or a DeepSpeed config (train_batch_size / zero_optimization)")
+                      "layout key), a DeepSpeed config (train_batch_size / zero_optimization), a "
+                      "GPT-NeoX config (pipe_parallel_size / model_parallel_size) or a NeMo "
+                      "config (model.tensor_model_parallel_size)")

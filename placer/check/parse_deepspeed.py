@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.parsed import ParsedConfig, Settings
+from placer.dialects import deepspeed
 from placer.errors import PlacerError
 
-DEEPSPEED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu",
-                  "gradient_accumulation_steps", "zero_optimization")
+DEEPSPEED_KEYS = deepspeed.KEYS
 # DeepSpeed AutoTP shards each layer over consecutive ranks, with data parallelism outside it.
-DEEPSPEED_ORDER = ("tp", "cp", "dp", "pp")
+DEEPSPEED_ORDER = deepspeed.ORDER
 
 
 def is_deepspeed(data: dict[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from placer.check.megatron_flags import (
     BOOL_FLAGS,
     CHOICE_FLAGS,
     INT_FLAGS,
+    LAUNCH_ONLY_KEYS,
     MODEL_KEYS,
     PARALLEL_KEYS,
     PRINTING_COMMANDS,
@@ -27,7 +28,7 @@ from placer.check.megatron_flags import (
     all_flags,
 )
 from placer.check.parsed import ParsedConfig, Settings
-from placer.check.shell import Script, ShellSyntaxError, Word, evaluate
+from placer.check.shell import UNKNOWN_MARK, Array, Scalar, Script, ShellSyntaxError, Word, evaluate
 from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
 from placer.errors import PlacerError
 from placer.mesh import parse_order
@@ -72,7 +73,14 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
         script = evaluate(text, env, RUNTIME_VARIABLES)
     except ShellSyntaxError as exc:
         raise PlacerError(f"{path}: not a bash script this reader follows: {exc}") from None
-    values, bools, notes = _flag_values(script)
+    values, bools, notes = _flag_values(script.words)
+    if not values and not bools:
+        # No command uses a flag: an argument file meant to be sourced (placer's own
+        # megatron_args.sh): read the flags its arrays and strings hold.
+        values, bools, notes = _flag_values(_defined_words(script))
+        if values or bools:
+            notes.append("no command in the file uses its flags: read as an argument file to "
+                         "be sourced (its arrays and strings, in order)")
     deepspeed = bool({"deepspeed", "partition_method", "deepspeed_config"} & (
         set(bools) | {CHOICE_FLAGS.get(f) for f in values}))
     parsed = ParsedConfig(path=str(path), kind="megatron-deepspeed" if deepspeed else "megatron")
@@ -99,19 +107,37 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
                                else MEGATRON_ORDER)
     parsed.seq_len = ints.get("seq_len")
     parsed.global_batch_size = ints.get("global_batch_size")
-    parsed.recognised = bool(set(ints) | flags | set(choices) | set(parsed.unresolved))
+    # launcher and precision flags alone (launch.sh, env.sh) are no parallel settings
+    parsed.recognised = bool((set(ints) | flags | set(choices) | set(parsed.unresolved))
+                             - set(LAUNCH_ONLY_KEYS))
     _world(ints, flags, script, parsed)
     parsed.model = _model(ints, flags, path, parsed)
     return parsed
 
 
-def _flag_values(script: Script) -> tuple[dict[str, _Value], dict[str, int], list[str]]:
+def _defined_words(script: Script) -> list[Word]:
+    """The words of every array, and of every string holding a flag, in assignment order."""
+    words: list[Word] = []
+    for name, value in script.variables.items():
+        if isinstance(value, Array):
+            for text, line in value.items:
+                for piece in text.split():
+                    words.append(Word(None if UNKNOWN_MARK in piece else piece, piece, line,
+                                      name))
+        elif isinstance(value, Scalar) and "--" in value.text:
+            for piece in value.text.split():
+                words.append(Word(None if UNKNOWN_MARK in piece else piece, piece, value.line,
+                                  name))
+    return words
+
+
+def _flag_values(all_words: list[Word]) -> tuple[dict[str, _Value], dict[str, int], list[str]]:
     """The last value of every flag of interest, the boolean flags set, and notes."""
     known = all_flags()
     values: dict[str, _Value] = {}
     bools: dict[str, int] = {}
     notes: list[str] = []
-    words = [w for w in script.words
+    words = [w for w in all_words
              if (w.command or "").rsplit("/", 1)[-1] not in PRINTING_COMMANDS]
     for i, word in enumerate(words):
         if word.text is None:

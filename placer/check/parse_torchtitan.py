@@ -12,18 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.parsed import ParsedConfig, Settings
+from placer.dialects import torchtitan
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.presets import model_names
 
-TORCHTITAN_ORDER = "tp-cp-dp-pp"
-_DEGREES = {
-    "tensor_parallel_degree": "tp",
-    "pipeline_parallel_degree": "pp",
-    "context_parallel_degree": "cp",
-    "expert_parallel_degree": "ep",
-    "expert_tensor_parallel_degree": "etp",
-}
+TORCHTITAN_ORDER = torchtitan.ORDER.text
+_DEGREES = torchtitan.DEGREES
 _RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 
@@ -116,8 +111,7 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
         s.dp_replicate = replicate
     else:
         s.dp = replicate * shard
-    # torchtitan applies FSDP (full shard, ZeRO-3 equivalent) whenever dp_shard is not 1.
-    s.zero_stage = 0 if shard == 1 else 3
+    s.zero_stage = fsdp_zero_stage(shard, s.cp)
     s.sequence_parallel = s.tp > 1 and bool(par.get("enable_sequence_parallel", True))
     checkpoint = data.get("activation_checkpoint") or {}
     mode = str(checkpoint.get("mode", "selective")).lower()
@@ -125,6 +119,9 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     local = training.get("local_batch_size", training.get("batch_size"))
     if _positive(local):
         s.local_batch_size = local
+    per_stage = (tables[2][1] or {}).get("pipeline_parallel_layers_per_stage")
+    if _positive(per_stage) and s.pp > 1:
+        s.layers_per_virtual_stage = per_stage  # torchtitan: virtual stages of N layers
     micro = par.get("pipeline_parallel_microbatch_size", 1) if s.pp != 1 else local
     if _positive(micro):
         s.micro_batch_size = micro
@@ -139,7 +136,7 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     gbs = training.get("global_batch_size")
     parsed.global_batch_size = gbs if _positive(gbs) else None
     model = data.get("model") or {}
-    parsed.model_ref = _preset_for(model)
+    parsed.model_ref = preset_for(model)
     if "model.flavor" in where:
         parsed.lines["model"] = where["model.flavor"]
     if parsed.model_ref:
@@ -150,6 +147,12 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     return parsed
 
 
+def fsdp_zero_stage(shard: int, cp: int) -> int:
+    """torchtitan applies FSDP (full shard, ZeRO-3 equivalent) over dp_shard x cp whenever
+    either is above 1 (ParallelDims.fsdp_enabled = dp_shard_enabled or cp_enabled)."""
+    return 0 if shard == 1 and cp == 1 else 3
+
+
 def _positive(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -158,7 +161,7 @@ def _positive(value: object) -> bool:
 _PRESET_NAMES = {"deepseek_v3": "deepseek-v3", "llama": "llama2"}  # "llama": early 2024 (Llama 2)
 
 
-def _preset_for(model: dict[str, Any]) -> str | None:
+def preset_for(model: dict[str, Any]) -> str | None:
     """torchtitan's ``[model] name = "llama3", flavor = "8B"`` as a placer preset, if one.
     (torchtitan/models/<name>/__init__.py holds the flavors; placer has presets of the ones
     with the same dimensions.)"""

@@ -16,7 +16,7 @@ from placer.spec.model import Model
 from placer.spec.results import RankEntry
 
 ConfigKind = Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox",
-                     "nemo", "plan", "layout"]
+                     "nemo", "plan", "layout", "other"]
 Recompute = Literal["none", "selective", "full"]
 
 # Setting keys are Layout field names; these are the ones a config may leave out (dp is then
@@ -25,6 +25,9 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "
                "recompute", "sequence_parallel", "first_stage_layers", "last_stage_layers",
                "pp_layout", "stage_layers", "recompute_layers", "offload_layers",
                "embedding_in_split", "loss_in_split")
+
+# unresolved keys that only decide the world size (checked without it: world-size-unknown)
+WORLD_KEYS = ("world", "nnodes", "nproc_per_node")
 
 
 @dataclass
@@ -108,6 +111,8 @@ class ParsedConfig:
     # (rule id, setting key, message) for problems a parser sees that no later rule can
     problems: list[tuple[str, str, str]] = field(default_factory=list)
     recognised: bool = True
+    label: str | None = None
+    """The config's name inside a file that holds several (a torchtitan config function)."""
     # setting key -> why its value is known only when the job runs (checks needing it skipped)
     unresolved: dict[str, str] = field(default_factory=dict)
     model_problem: str | None = None

@@ -43,7 +43,7 @@ def render_text(report: CheckReport) -> str:
     """Per config: a header, its findings, its notes; unreadable files are for stderr."""
     lines: list[str] = []
     for config in report.configs:
-        head = f"{config.file}: {config.kind}"
+        head = f"{config.file}{f' ({config.config})' if config.config else ''}: {config.kind}"
         if config.layout:
             head += f" {config.layout} order {config.order}"
         if config.cluster:
@@ -51,7 +51,8 @@ def render_text(report: CheckReport) -> str:
         if config.model:
             head += f", model {config.model}"
         lines.append(head)
-        for item in (f for f in report.findings if f.file == config.file):
+        for item in (f for f in report.findings
+                     if f.file == config.file and f.config == config.config):
             lines.append(f"  {item.severity:<7} {item.rule_id}{_where(item)}: {item.message}")
         for note in config.notes:
             lines.append(f"  note: {note}")
@@ -80,6 +81,8 @@ def render_github(report: CheckReport) -> str:
             props.append(f"line={item.line}")
         title = item.rule_id if item.candidate is None else f"{item.rule_id} (candidate " \
             f"{item.candidate})"
+        if item.config:
+            title += f" [{item.config}]"
         props.append(f"title={_escape_property(title)}")
         lines.append(f"::{_GITHUB_COMMAND[item.severity]} {','.join(props)}::"
                      f"{_escape_data(item.message)}")

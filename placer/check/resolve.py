@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from placer.check.findings import ConfigSummary, Finding
-from placer.check.parsed import LAYOUT_KEYS, ParsedConfig, PlanCandidate
+from placer.check.parsed import LAYOUT_KEYS, WORLD_KEYS, ParsedConfig, PlanCandidate
 from placer.check.rules import Placed, finding, group_findings
 from placer.check.world import node_inputs
 from placer.cost import memory_estimate
@@ -78,15 +78,17 @@ class _Context:
 def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSummary,
                                                                           list[Finding]]:
     """Summary and findings of one parsed config (PlacerError for unusable command-line input)."""
-    summary = ConfigSummary(file=parsed.path, kind=parsed.kind, notes=list(parsed.notes))
+    summary = ConfigSummary(file=parsed.path, kind=parsed.kind, notes=list(parsed.notes),
+                            config=parsed.label)
     if not parsed.recognised:
-        return summary, [finding("no-parallel-settings",
-                                 f"no {parsed.kind} parallel settings found; nothing checked",
+        what = (parsed.notes[0] if parsed.kind == "other" and parsed.notes
+                else f"no {parsed.kind} parallel settings found")
+        return summary, [finding("no-parallel-settings", f"{what}; nothing checked",
                                  parsed.path)]
     findings = [finding(rule, message, parsed.path, parsed.line_of(key))
                 for rule, key, message in parsed.problems]
     notes = summary.notes
-    blocking = {k: v for k, v in parsed.unresolved.items() if k not in _WORLD_KEYS}
+    blocking = {k: v for k, v in parsed.unresolved.items() if k not in WORLD_KEYS}
     if blocking and parsed.kind != "plan":
         keys = ", ".join(sorted(blocking))
         first = blocking[sorted(blocking)[0]]
@@ -362,8 +364,6 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
                optimizer=optimizer), known
 
 
-# unresolved keys that only decide the world size (checked without it, see world-size-unknown)
-_WORLD_KEYS = ("world", "nnodes", "nproc_per_node")
 # layout_problem's field -> the settings whose line a finding points at, best first
 _FIELD_KEYS = {"layout": ("tp", "pp", "dp"), "layout.cp": ("cp", "seq_len"),
                "layout.vpp": ("vpp", "layers_per_virtual_stage", "pp"),

@@ -105,6 +105,7 @@ class _Lexer:
         self.s, self.i, self.line = text, 0, first_line
         self.heredocs: list[tuple[str, bool]] = []
         self.out: list[_Tok] = []
+        self.in_test = False
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -126,13 +127,40 @@ class _Lexer:
             elif c == "#":
                 while self.i < len(self.s) and self.peek() != "\n":
                     self.i += 1
+            elif self.in_test:
+                self._test_word()
             elif c in ";&|()":
                 self._operator()
             elif c in "<>":
                 self._redirect()
             else:
                 self._word_or_array()
+                last = self.out[-1] if self.out else None
+                self.in_test = last is not None and last.kind == "word" and last.text == "[["
         return self.out
+
+    def _test_word(self) -> None:
+        """Inside ``[[ ... ]]``: && || ( ) < > are words of the test and newlines are blanks."""
+        line = self.line
+        if self.s.startswith("]]", self.i) and self.peek(2) in ("", " ", "\t", "\n", ";", "&",
+                                                                 "|", ")"):
+            self.i += 2
+            self.in_test = False
+            self.out.append(_Tok("word", "]]", line, end=line))
+            return
+        if self.peek() == "\n":
+            self.i += 1
+            self.line += 1
+            return
+        for op in ("&&", "||", "(", ")", "<", ">", "!"):
+            if self.s.startswith(op, self.i):
+                self.i += len(op)
+                self.out.append(_Tok("word", op, line, end=line))
+                return
+        raw = self._word()
+        if not raw:
+            raise ShellSyntaxError(f"line {line}: unexpected {self.peek()!r} in [[ ]]")
+        self.out.append(_Tok("word", raw, line, end=self.line))
 
     def _operator(self) -> None:
         for op in (";;&", ";;", ";&", "&&", "||", "|&", "&>>", "&>", ";", "&", "|", "(", ")"):

@@ -128,3 +128,17 @@ def sbatch_inputs(options: Mapping[str, tuple[str, int]]) -> tuple[dict[str, str
 def node_inputs(nodes: int | None) -> dict[str, str]:
     """``--nodes N``: the node count every scheduler variable would carry."""
     return {name: str(nodes) for name in NODE_COUNT_VARIABLES} if nodes is not None else {}
+
+
+# The line placer launch writes into the files it emits (megatron_args.sh, torchtitan.toml,
+# torchtitan_config.py) so that they state the world size they were made for.
+PLACER_WORLD_RE = re.compile(r"^#\s*placer-world:\s*nodes=(\d+)\s+gpus_per_node=(\d+)\s*$",
+                             re.M)
+
+
+def placer_world(text: str) -> tuple[int, int, int] | None:
+    """(nodes, GPUs per node, line) from a ``# placer-world: nodes=N gpus_per_node=G`` line."""
+    match = PLACER_WORLD_RE.search(text)
+    if match is None or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+        return None
+    return int(match.group(1)), int(match.group(2)), text.count("\n", 0, match.start()) + 1

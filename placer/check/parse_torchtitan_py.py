@@ -1,0 +1,207 @@
+"""Read torchtitan's Python configs (0.3 and newer): one ParsedConfig per config function.
+
+torchtitan replaced its TOML files with Python functions returning ``Trainer.Config``
+(torchtitan/models/<model>/config_registry.py): degrees are keywords of
+``ParallelismConfig(...)`` or assignments ``config.parallelism.<key> = N``, batch and sequence
+those of ``TrainingConfig(...)`` / ``config.training.<key>``, recomputation
+``activation_checkpoint=FullAC.Config()`` / ``SelectiveAC.Config()`` / ``None``, and the model
+``model_registry("<flavor>")`` of the registry's own model (the package it sits in). The file
+is read with ``ast``, never imported or run; a value that is not a literal is unresolved.
+placer launch's torchtitan_config.py names its base config in ``BASE = 'module:function'``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+from placer.check.parse_torchtitan import TORCHTITAN_ORDER, fsdp_zero_stage, preset_for
+from placer.check.parsed import ParsedConfig, Settings
+from placer.dialects import torchtitan
+from placer.errors import PlacerError
+from placer.mesh import parse_order
+
+_RECOMPUTE = {"FullAC": "full", "SelectiveAC": "selective"}
+_MODEL_PACKAGE_RE = re.compile(r"torchtitan[./]models[./]([A-Za-z0-9_]+)[./]")
+
+
+def is_torchtitan_py(text: str) -> bool:
+    return "ParallelismConfig" in text or ".parallelism." in text
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, RecursionError):
+        return _Unknown(ast.unparse(node)[:60])
+
+
+class _Unknown:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _call_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        return _call_name(node.func)
+    if isinstance(node, ast.Attribute):
+        return f"{_call_name(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+class _Reader(ast.NodeVisitor):
+    """Settings one function sets, with the line of each."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[str, Any, int]] = {}  # "section.key" -> (.., value, line)
+        self.flavor: str | None = None
+        self.recompute: str | None = None
+        self.calls: set[str] = set()
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _call_name(node)
+        self.calls.add(name.rsplit(".", 1)[-1])
+        section = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}.get(
+            name.rsplit(".", 1)[-1])
+        if section:
+            for keyword in node.keywords:
+                if keyword.arg:
+                    self.values[f"{section}.{keyword.arg}"] = (
+                        section, _literal(keyword.value), keyword.value.lineno)
+        if name.endswith("model_registry") and node.args and isinstance(
+                node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            self.flavor = node.args[0].value
+        for keyword in node.keywords:
+            if keyword.arg == "activation_checkpoint":
+                self.recompute = _recompute(keyword.value)
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute):
+                section = target.value.attr
+                if section in ("parallelism", "training"):
+                    self.values[f"{section}.{target.attr}"] = (
+                        section, _literal(node.value), node.lineno)
+            if isinstance(target, ast.Attribute) and target.attr == "activation_checkpoint":
+                self.recompute = _recompute(node.value)
+        self.generic_visit(node)
+
+
+def _recompute(node: ast.AST) -> str:
+    if isinstance(node, ast.Constant) and node.value is None:
+        return "none"
+    return _RECOMPUTE.get(_call_name(node).split(".")[0], "selective")
+
+
+def parse_torchtitan_py(path: Path, text: str) -> list[ParsedConfig]:
+    """One config per function that sets parallelism (a registry holds many)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError) as exc:
+        raise PlacerError(f"{path}: not valid Python ({exc.__class__.__name__})") from None
+    package = _MODEL_PACKAGE_RE.search(str(path).replace("\\", "/") + "/")
+    base = _base(tree)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    readers: dict[str, _Reader] = {}
+    for name, function in functions.items():
+        reader = _Reader()
+        reader.visit(function)
+        readers[name] = reader
+    configs = []
+    for name, reader in readers.items():
+        if not any(k.startswith("parallelism.") for k in reader.values):
+            continue
+        # a config that only adjusts another one (config = llama3_8b(); config.x = ...) or
+        # placer's apply(config): start from what the called function sets
+        merged = _Reader()
+        for called in sorted(reader.calls & set(readers) - {name}):
+            merged.values.update(readers[called].values)
+            merged.flavor = merged.flavor or readers[called].flavor
+            merged.recompute = merged.recompute or readers[called].recompute
+        merged.values.update(reader.values)
+        merged.flavor = reader.flavor or merged.flavor
+        merged.recompute = reader.recompute or merged.recompute
+        model_name = package.group(1) if package else None
+        if base is not None:
+            model_name, merged.flavor = base
+        configs.append(_parsed(path, name, merged, model_name))
+    return configs
+
+
+def _base(tree: ast.Module) -> tuple[str, str] | None:
+    """(model, flavor) of ``BASE = 'torchtitan.models.llama3.config_registry:llama3_70b'``."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BASE"
+                                                 for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            module, _, function = node.value.value.partition(":")
+            match = _MODEL_PACKAGE_RE.search(module + ".")
+            if match and function.startswith(match.group(1) + "_"):
+                return match.group(1), function[len(match.group(1)) + 1:]
+    return None
+
+
+def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> ParsedConfig:
+    parsed = ParsedConfig(path=str(path), kind="torchtitan", order=parse_order(TORCHTITAN_ORDER),
+                          label=name)
+    s = Settings()
+    values = reader.values
+
+    def number(key: str, default: int) -> int | None:
+        if key not in values:
+            return default
+        value = values[key][1]
+        if isinstance(value, bool) or not isinstance(value, int):
+            why = value.text if isinstance(value, _Unknown) else repr(value)
+            parsed.unresolved[key.split(".")[1]] = (f"line {values[key][2]}: {key} = {why} is "
+                                                    "not a literal integer")
+            return None
+        return value
+
+    for key, dim in torchtitan.DEGREES.items():
+        value = number(f"parallelism.{key}", 1)
+        if value is not None:
+            if value < 1:
+                raise PlacerError(f"{path}: {name}: parallelism.{key} = {value} must be >= 1")
+            setattr(s, dim, value)
+        if f"parallelism.{key}" in values:
+            parsed.lines[dim] = values[f"parallelism.{key}"][2]
+    replicate = number(f"parallelism.{torchtitan.REPLICATE_KEY}", 1) or 1
+    shard = number(f"parallelism.{torchtitan.SHARD_KEY}", -1) or -1
+    if shard == -1:
+        s.dp_replicate = replicate
+    else:
+        s.dp = replicate * shard
+    for key in (torchtitan.SHARD_KEY, torchtitan.REPLICATE_KEY):
+        if f"parallelism.{key}" in values:
+            parsed.lines.setdefault("dp", values[f"parallelism.{key}"][2])
+    s.zero_stage = fsdp_zero_stage(shard, s.cp)
+    s.sequence_parallel = s.tp > 1 and values.get("parallelism.enable_sequence_parallel",
+                                                  ("", True, 0))[1] is not False
+    s.recompute = reader.recompute or "selective"  # type: ignore[assignment]
+    local = values.get("training.local_batch_size", ("", None, 0))[1]
+    if isinstance(local, int) and local > 0:
+        s.local_batch_size = local
+    per_stage = values.get("parallelism.pipeline_parallel_layers_per_stage", ("", None, 0))[1]
+    if isinstance(per_stage, int) and per_stage > 0 and s.pp > 1:
+        s.layers_per_virtual_stage = per_stage  # torchtitan: virtual stages of N layers
+    micro = values.get("parallelism.pipeline_parallel_microbatch_size", ("", 1, 0))[1]
+    s.micro_batch_size = (micro if s.pp > 1 else local) if isinstance(
+        micro if s.pp > 1 else local, int) else None
+    parsed.settings = s
+    seq = values.get("training.seq_len", values.get("training.max_context_length",
+                                                     ("", None, 0)))[1]
+    parsed.seq_len = seq if isinstance(seq, int) and seq > 0 else None
+    gbs = values.get("training.global_batch_size", ("", None, 0))[1]
+    parsed.global_batch_size = gbs if isinstance(gbs, int) and gbs > 0 else None
+    parsed.model_ref = preset_for({"name": model_name or "", "flavor": reader.flavor or ""})
+    if parsed.model_ref is None:
+        parsed.model_problem = (f"torchtitan model {model_name!r} flavor {reader.flavor!r} is "
+                                "not a model placer knows")
+    else:
+        parsed.notes.append(f"model from torchtitan {model_name} {reader.flavor}: preset "
+                            f"{parsed.model_ref}")
+    return parsed
