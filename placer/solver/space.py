@@ -196,8 +196,9 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
         vpps = [1]
         if degrees.pp > 1 and microbatches % degrees.pp == 0:
             vpps += [v for v in range(2, min(VPP_CAP, layers_per_stage) + 1)
-                     if layout_problem(degrees.layout(vpp=v, mbs=m), model, degree_job,
-                                       degrees.num_gpus) is None]
+                     if _searched_vpp(model.num_layers, degrees.pp, v)
+                     and layout_problem(degrees.layout(vpp=v, mbs=m), model, degree_job,
+                                        degrees.num_gpus) is None]
         vpp_by_mbs.append(_allowed(job, "vpp", list(vpps), int))
     zero = list(ZERO_STAGES) if zero_allowed(degrees.dp, degrees.cp) else [0]
     sp = [False, True] if sp_allowed(degrees.tp, job.seq_len) else [False]
@@ -213,6 +214,14 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
         zero=_allowed(job, "zero", zero, int),
         recompute=_allowed(job, "recompute", recompute, str),
         sp=_allowed(job, "sp", list(sp), lambda v: "on" if v else "off"))
+
+
+def _searched_vpp(num_layers: int, pp: int, vpp: int) -> bool:
+    """Virtual stages the search tries: an even split, or Megatron's embedding-and-loss-counted
+    one (--account-for-embedding/loss-in-pipeline-split); explicit stage lists stay for
+    ``estimate`` (the space would grow by every vpp up to VPP_CAP for little gain)."""
+    counted = num_layers + 2
+    return num_layers % (pp * vpp) == 0 or (counted % pp == 0 and (counted // pp) % vpp == 0)
 
 
 def layout_key(layout: Layout) -> tuple[int, ...]:
