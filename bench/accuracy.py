@@ -581,13 +581,14 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
         overlap = values.get("overlap_efficiency", calib.overlap_efficiency)
         dispatch = values.get("moe_dispatch_s_per_routed_token",
                               calib.moe_dispatch_s_per_routed_token)
+        half_keys = values.get("attention_half_keys", calib.attention_half_keys)
         profile = calib.profile
         network = values.get("networks", {}).get(profile.cluster if profile else None)
         if network is not None:
             profile = jean_zay_profile(network)
         return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
                        overlap_efficiency=overlap, profile=profile,
-                       moe_dispatch_s_per_routed_token=dispatch)
+                       moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys)
     return apply
 
 

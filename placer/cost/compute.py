@@ -67,6 +67,7 @@ class LayerWork:
     routed_tokens: float = 0.0  # token copies this GPU's experts take (MoE layers)
     module_bytes: tuple[tuple[str, float], ...] = ()  # what each recompute module releases
     shared_gemms: int = 0  # trailing entries of ``gemms`` that are the shared experts'
+    attention_keys: float = 0.0  # keys per query in one fused-attention kernel call
 
     @property
     def gemm_flops(self) -> float:
@@ -91,12 +92,15 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         (2 * tokens * h * d * (a / t + 2 * kv_local), 1),  # QKV projection
         (2 * tokens * a * d * h / t, 1),  # output projection
     ]
-    score_bytes = 0.0
+    score_bytes, keys = 0.0, 0.0
     attention_gemms: tuple[tuple[float, int], ...] = ()
     if options.flash_attention:
         # Causal: each query attends on average to half of the full sequence (CP included), or
         # to at most the window in sliding-window layers (averaged over the model's layers).
-        attention = 4 * tokens * a * d * attended_keys_per_query(model, job.seq_len) / t
+        attended = attended_keys_per_query(model, job.seq_len)
+        attention = 4 * tokens * a * d * attended / t
+        # Ring attention (CP) runs cp kernel calls per layer, each over 1/cp of the keys.
+        keys = attended / layout.cp
     else:
         # Unfused: Q K^T and scores x V are batched GEMMs over the whole s x s square.
         attention = 0.0
@@ -133,7 +137,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      attention_gemms=attention_gemms, dispatch_bytes=dispatch,
                      routed_tokens=routed,
                      module_bytes=tuple((n, b * tokens) for n, b in stored.modules),
-                     shared_gemms=shared)
+                     shared_gemms=shared, attention_keys=keys)
 
 
 def attended_keys_per_query(model: Model, seq_len: int, causal: bool = True) -> float:
@@ -220,9 +224,22 @@ def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
     unfused = sum(n * gemm_time(f, bf16_peak, bf16_eff, half) for f, n in work.attention_gemms)
     fused = 0.0
     if work.attention_flops:
+        efficiency = gemm.attention_efficiency or gemm.max_efficiency
         fused = gemm_time(work.attention_flops, bf16_peak,
-                          gemm.attention_efficiency or gemm.max_efficiency, half)
+                          efficiency * attention_key_efficiency(work.attention_keys, calib), half)
     return unfused + fused
+
+
+def attention_key_efficiency(keys: float, calib: Calibration) -> float:
+    """Fraction of a fused-attention kernel's peak throughput reached with ``keys`` keys per
+    query: each query block streams its keys through shared memory, so the fixed per-block cost
+    (loading Q, the softmax rescale, writing O) is amortised over ``keys`` (FlashAttention-2,
+    Dao 2023, arXiv:2307.08691, Fig. 5-6: throughput rises with sequence length and saturates
+    past a few thousand). ``keys / (keys + half)``, half the throughput at ``half`` keys."""
+    half = calib.attention_half_keys
+    if keys <= 0 or half <= 0:
+        return 1.0
+    return keys / (keys + half)
 
 
 def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: str,

@@ -76,6 +76,10 @@ OVERLAP_EFFICIENCY = 0.615
 # on H100; other GPUs use it as is. Faster dispatchers (DeepEP, fused permutes) pay less: a
 # measured profile's ``moe_dispatch_s_per_routed_token`` replaces it.
 MOE_DISPATCH_S_PER_ROUTED_TOKEN = 1.14e-7
+# Keys per query at which a fused-attention kernel reaches half its peak throughput (the
+# saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
+# over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
+ATTENTION_HALF_KEYS = 256.0
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
@@ -126,6 +130,7 @@ class Calibration:
     overlap_efficiency: float
     profile: LinkProfile | None
     moe_dispatch_s_per_routed_token: float = MOE_DISPATCH_S_PER_ROUTED_TOKEN
+    attention_half_keys: float = ATTENTION_HALF_KEYS
 
     def peak_flops(self, precision: str) -> float:
         if precision == "fp8" and self.peak_fp8_flops is not None:
