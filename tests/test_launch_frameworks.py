@@ -234,7 +234,7 @@ def test_uneven_pipeline_split(tmp_path: Path, stages: list[int], flags: dict[st
     doc, _ = _titan(p)
     chunks = doc["parallelism"].get("module_fqns_per_model_part")
     if len(set(stages)) == 1:
-        assert chunks is None  # torchtitan's own even split
+        assert chunks is None  # even: pipeline_parallel_layers_per_stage
     else:
         # One chunk per stage holding exactly its layers; embedding first, norm and head last.
         assert [sum(m.startswith("layers.") for m in c) for c in chunks] == stages

@@ -12,7 +12,8 @@ Version rules, read from the released packages (pytorch/torchtitan on PyPI):
   given as ``module_fqns_per_model_part`` (one list of module names per model chunk, the last
   chunk ending with ``norm``, ``output``) or as ``pipeline_parallel_layers_per_stage``.
 - 0.3.0 configs are Python (``--module M --config F`` loads ``F()`` from module ``M``); the
-  output projection is named ``lm_head`` (``_generate_llm_fqn_per_model_part``).
+  output projection is named ``lm_head`` (``_generate_llm_fqn_per_model_part``); CUDA graphs
+  are on by default and refused with pipeline parallelism (``disable_cuda_graphs``).
 - In every release ``pipeline_parallel_layers_per_stage`` counts the embedding and the output
   as ``pipeline_parallel_first/last_stage_less_layers`` layers (default 1 each), so placer sets
   both to 0 when it gives a per-stage layer count.
@@ -87,17 +88,24 @@ def refusals(placed: Placed, version: str, file: str) -> list[Refusal]:
     """What torchtitan ``version`` rejects in this plan, for the file written for it."""
     layout = placed.layout
     out: list[str] = []
-    if layout.ep > 1 and version_key(version) < version_key("0.2"):
+    key = version_key(version)
+    if layout.ep > 1 and key < version_key("0.2"):
         out.append("has no expert_parallel_degree (added in 0.2.0); use torchtitan 0.2 or newer")
-    if layout.ep > 1 and layout.etp not in (1, layout.tp):
+    # 0.3 has no expert tensor parallelism (ParallelDims has no etp; its expert mesh is
+    # pp, dp_replicate, efsdp, ep); 0.2 takes etp = tp or 1 ("Currently we only support
+    # ETP=TP or ETP=1").
+    expert_tp = layout.etp if layout.ep > 1 else 1
+    if writes_python(version) and expert_tp > 1:
+        out.append(f"has no expert tensor parallelism; the plan has etp={layout.etp}")
+    elif expert_tp not in (1, layout.tp):
         out.append(f"supports expert tensor parallelism equal to tp or 1 only (ParallelDims: "
                    f"'Currently we only support ETP=TP or ETP=1'); the plan has etp={layout.etp}"
                    f" with tp={layout.tp}")
     shard = _shard_ep(placed)
-    if layout.ep > 1 and shard % (layout.ep * (layout.etp if layout.etp == layout.tp else 1)):
-        out.append(f"needs ep x etp to divide data_parallel_shard x cp x tp = {shard} (its "
-                   "expert mesh pp, dp_replicate, efsdp, ep, etp); use zero >= 1 (FSDP) so "
-                   "dp shards")
+    if layout.ep > 1 and shard % (layout.ep * expert_tp):
+        out.append(f"needs ep x etp = {layout.ep * expert_tp} to divide data_parallel_shard x cp "
+                   f"x tp = {shard} (its expert FSDP mesh efsdp is their quotient); use zero >= 1 "
+                   "(FSDP) so dp shards")
     return [Refusal(file, TARGET, version, reason) for reason in out]
 
 
@@ -145,7 +153,7 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
     }
     if version_key(version) >= version_key("0.2"):
         parallelism["expert_parallel_degree"] = layout.ep
-        if placed.plan.model.moe is not None:
+        if placed.plan.model.moe is not None and not writes_python(version):
             parallelism["expert_tensor_parallel_degree"] = layout.etp
     training: dict[str, object] = {"global_batch_size": job.global_batch_size,
                                    "seq_len": job.seq_len}
@@ -157,6 +165,11 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
         parallelism["pipeline_parallel_schedule"] = ("Interleaved1F1B" if layout.vpp > 1
                                                      else "1F1B")
         parallelism.update(_stages(placed, version))
+        if writes_python(version):
+            # 0.3 captures CUDA graphs by default and refuses them with PP (trainer.py,
+            # Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline
+            # parallelism yet").
+            training["disable_cuda_graphs"] = True
     else:
         training["local_batch_size"] = layout.micro_batch_size
     checkpoint: dict[str, object] = {"mode": layout.recompute}
@@ -177,9 +190,9 @@ def _stages(placed: Placed, version: str) -> dict[str, object]:
     chunks = stage_chunks(placed, version)
     if chunks is None:
         layers = stages[0] if stages else placed.plan.model.num_layers // layout.pp
-        if layout.vpp == 1:
-            return {}  # torchtitan's default split of a single-stage schedule is even
-        # Embedding and output count as no layers, so layers / per-stage = pp x vpp chunks.
+        # torchtitan's default split counts the embedding and the output as a layer each
+        # (Llama 3 8B on pp=4: 8, 9, 8, 7), so the even split is stated: embedding and output
+        # count as no layers, and layers / per-stage = pp x vpp chunks.
         return {"pipeline_parallel_layers_per_stage": layers // layout.vpp,
                 "pipeline_parallel_first_stage_less_layers": 0,
                 "pipeline_parallel_last_stage_less_layers": 0}
@@ -209,7 +222,8 @@ def render_toml(placed: Placed, version: str, notes: list[str]) -> str:
 
 
 def _py(value: object) -> str:
-    return json.dumps(value) if not isinstance(value, bool) else repr(value)
+    """A Python literal (ints, strings, None, booleans and lists of them)."""
+    return repr(value)
 
 
 def render_python(placed: Placed, version: str, notes: list[str]) -> str:
@@ -234,8 +248,8 @@ def render_python(placed: Placed, version: str, notes: list[str]) -> str:
         '    """The base config with the plan\'s parallelism, batch and recomputation."""',
         '    base = os.environ.get("PLACER_TORCHTITAN_BASE", BASE)',
         "    if not base:",
-        "        raise SystemExit(\"torchtitan_config.py: set PLACER_TORCHTITAN_BASE to the "
-        "torchtitan config function of your model (module:function)\")",
+        "        raise SystemExit(\"torchtitan_config.py: set PLACER_TORCHTITAN_BASE to your \"",
+        "                         \"model's torchtitan config function (module:function)\")",
         '    module, _, name = base.partition(":")',
         "    return apply(getattr(importlib.import_module(module), name)())",
         "",

@@ -1,0 +1,102 @@
+"""torchtitan loads every example candidate's config with its own ConfigManager and builds it.
+
+0.3.x (the latest release): ``torchtitan_config.py`` through ``--module torchtitan_config
+--config placer_job``; 0.2.x: ``torchtitan.toml`` through ``--job.config_file``. torchtitan's
+``ParallelDims`` and device mesh (fake process group: no GPUs here) must accept the degrees, and
+torchtitan's own ``pipeline_llm`` must cut the model into the plan's stages: pp x vpp chunks,
+vpp per PP rank, each rank holding the plan's layers. See tests/frameworks/torchtitan_accept.py
+for the stubs a CPU-only machine forces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_frameworks import Case, need, run_worker, torchtitan_toml_path, write_cases
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> list[Case]:
+    return write_cases(tmp_path_factory.mktemp("titan"))
+
+
+def _manifest(cases: list[Case], name: str) -> list[dict[str, Any]]:
+    return [{"id": c.id, "dir": str(c.folder), "world_size": c.layout.num_gpus,
+             "num_layers": c.plan.model.num_layers} for c in cases if name in c.written]
+
+
+def _assert_matches_plan(case: Case, got: dict[str, Any], output: str) -> None:
+    layout, job = case.layout, case.plan.job
+    assert "error" not in got, f"{case.id}: torchtitan rejected it: {got['error']}"
+    dims = got["dims"]
+    assert (dims["tp"], dims["cp"], dims["pp"], dims["ep"]) == (
+        layout.tp, layout.cp, layout.pp, layout.ep), case.id
+    assert dims["dp_replicate"] * dims["dp_shard"] == layout.dp, case.id
+    # ZeRO >= 1 shards over dp (FSDP); ZeRO-0 replicates (DDP).
+    assert dims["dp_shard"] == (layout.dp if layout.zero_stage else 1), case.id
+    training = got["training"]
+    assert (training["global_batch_size"], training["seq_len"]) == (
+        job.global_batch_size, job.seq_len), case.id
+    recompute = {"none": ("NoneType", "none"), "selective": ("SelectiveAC.Config", "selective"),
+                 "full": ("FullAC.Config", "full")}[layout.recompute]
+    assert got["activation_checkpoint"] in recompute, case.id
+    if layout.pp == 1:
+        assert "chunks" not in got
+        return
+    chunks, ranks = got["chunks"], got["rank_chunks"]
+    assert len(chunks) == layout.pp * layout.vpp, case.id
+    assert all(len(r) == layout.vpp for r in ranks), case.id
+    layers_of_rank = [sum(sum(m.startswith("layers.") for m in chunks[i]) for i in r)
+                      for r in ranks]
+    assert layers_of_rank == case.stage_layers, case.id
+    in_order = [m for c in chunks for m in c if m.startswith("layers.")]
+    assert in_order == [f"layers.{i}" for i in range(case.plan.model.num_layers)], case.id
+    assert chunks[0][0] == "tok_embeddings" and chunks[-1][-1] == output, case.id
+    mbs = got["parallelism"]["pipeline_parallel_microbatch_size"]
+    assert mbs == layout.micro_batch_size, case.id
+    assert training["local_batch_size"] * layout.dp == job.global_batch_size, case.id
+
+
+def _refusals_are_named(cases: list[Case], name: str) -> None:
+    for case in cases:
+        if name not in case.written:
+            assert any(line.startswith(f"{name} not written: torchtitan") for line in
+                       case.refused), case.id
+
+
+def test_torchtitan_03_python_config(cases: list[Case], tmp_path: Path) -> None:
+    version = need("torchtitan")
+    assert version.startswith("0.3"), version
+    results = run_worker("torchtitan_accept.py", ["py"], _manifest(cases, "torchtitan_config.py"),
+                         tmp_path)
+    checked = 0
+    for case in cases:
+        if "torchtitan_config.py" in case.written:
+            _assert_matches_plan(case, results[case.id], "lm_head")
+            checked += 1
+    _refusals_are_named(cases, "torchtitan_config.py")
+    print(f"torchtitan {version}: {checked} of {len(cases)} candidates accepted")
+    assert checked >= len(cases) // 2
+
+
+def test_torchtitan_02_toml(cases: list[Case], tmp_path: Path) -> None:
+    path = torchtitan_toml_path()
+    if path is None:
+        pytest.skip("no torchtitan 0.2.x target directory (.ci/run installs it in "
+                    ".venv-frameworks/torchtitan-0.2, or set PLACER_TORCHTITAN_TOML_PATH)")
+    version = need("torchtitan", str(path))
+    assert version.startswith("0.2"), version
+    results = run_worker("torchtitan_accept.py", ["toml"], _manifest(cases, "torchtitan.toml"),
+                         tmp_path, pythonpath=str(path))
+    checked = 0
+    for case in cases:
+        if "torchtitan.toml" in case.written:
+            _assert_matches_plan(case, results[case.id], "output")
+            assert results[case.id]["parallelism"]["module_fqns_per_model_part"] is None or (
+                len(set(case.stage_layers)) > 1), case.id
+            checked += 1
+    _refusals_are_named(cases, "torchtitan.toml")
+    print(f"torchtitan {version}: {checked} of {len(cases)} candidates accepted")
+    assert checked >= len(cases) // 2
