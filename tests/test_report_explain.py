@@ -168,4 +168,4 @@ def test_a_recipe_with_the_degrees_of_a_candidate_says_which() -> None:
     recipe_layout = SECOND.layout.model_copy(update={"vpp": 2})
     recipe = make_candidate(recipe_layout, parts={"pp_bubble_s": 2.2})
     text = versus_default(MODEL, JOB, BEST, Baseline(recipe_layout, recipe), [BEST, SECOND])
-    assert text.endswith(" #2 has its degrees, with other knobs.")
+    assert text.endswith(" #2 is it with VPP=1 (not 2).")

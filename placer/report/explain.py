@@ -145,6 +145,7 @@ def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline,
         return f"The engineer's rule ({RULE_TEXT}) is not an option: {baseline.note}."
     default = baseline.estimate
     label = _baseline_label(baseline)
+    short = "the recipe" if baseline.recipe is not None else "the rule"
     spelled = f"{label}: {layout_text(baseline.layout)}"
     if baseline.recipe is None and baseline.note:
         spelled += f" ({baseline.note})"
@@ -156,7 +157,8 @@ def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline,
         return f"This is {spelled}; placer confirms it."
     in_top = f" It is #{rank} here." if rank is not None else ""
     if rank is None and degrees is not None:
-        in_top = f" #{degrees} has its degrees, with other knobs."
+        changed = shape_changes(baseline.layout, candidates[degrees - 1].layout)
+        in_top = f" #{degrees} is it with {changed}."
     ratio = gain(best, default)
     if ratio < -TIE_FRACTION:
         problem = layout_problem(baseline.layout, model, job, best.layout.num_gpus)
@@ -168,7 +170,7 @@ def versus_default(model: Model, job: Job, best: Estimate, baseline: Baseline,
         return (f"Against {spelled}: a tie, {percent(ratio)} more tokens/s predicted "
                 f"({seconds(default.step_time_s)} per step), within the cost model's measured "
                 f"error of {percent(MODEL_ERROR)}; either is a sound choice"
-                f"{_memory_note(best, default, 'it')}.{in_top}")
+                f"{_memory_note(best, default, short)}.{in_top}")
     return (f"Against {spelled}: {percent(ratio)} more tokens/s predicted "
             f"({seconds(default.step_time_s)} per step, {percent(default.mfu)} MFU), beyond the "
             f"model's measured error of {percent(MODEL_ERROR)}; {reasons(best, default)}."
