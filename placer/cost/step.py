@@ -638,7 +638,10 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     dense_group, expert_group = layout.dp_cp, layout.expert_dp
     # ZeRO-3 under pipelining gathers and reduce-scatters once per step, like ZeRO-1.
     per_step_zero3 = layout.zero3_per_step
-    if (zero >= 3 and not per_step_zero3) or (dense_group <= 1 and expert_group <= 1):
+    # ZeRO-3 without pipelining moves its traffic per micro-batch (_zero_per_microbatch); only
+    # an HSDP replica all-reduce is left for the end of the step.
+    per_microbatch_zero3 = zero >= 3 and not per_step_zero3
+    if (per_microbatch_zero3 and replicas is None) or (dense_group <= 1 and expert_group <= 1):
         return 0.0
     if Group.DP_CP not in links:
         return 0.0
@@ -660,8 +663,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         params = stage_params(model, layout, shape)
         key = (params.dense, params.expert)
         if key not in memo:
-            memo[key] = _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
-                                  per_step_zero3, nics)
+            memo[key] = ([] if per_microbatch_zero3 else
+                         _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
+                                   per_step_zero3, nics))
             if replicas is not None and zero >= 1:
                 grad_bytes = params.dense * opt.grad_bytes / layout.zero_group
                 one = coll.all_reduce(replicas, grad_bytes, calib)
