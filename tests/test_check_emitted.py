@@ -1,0 +1,42 @@
+"""``placer check`` on every file ``placer launch`` writes: no exit 2, no error, and the layout
+read back from the framework files is the plan's (the plan is the independent truth here:
+check reads the files without knowing the plan)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers_cli import cli
+
+from placer.check import CheckOptions, check_paths
+from placer.spec import Layout, Plan
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANS = ["examples/llama3-70b-8x-dgx-h100/plan.json",
+         "examples/mixtral-8x22b-16x-dgx-h100/plan.json"]
+
+
+@pytest.mark.parametrize("plan_path", PLANS)
+def test_emitted_files_pass_check(plan_path: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    plan = Plan.model_validate(json.loads((ROOT / plan_path).read_text()))
+    out = tmp_path / "launch"
+    code, _, err = cli(["launch", str(ROOT / plan_path), "--out", str(out)], capsys)
+    assert code == 0, err
+    files = sorted(p for p in out.iterdir() if p.is_file())
+    assert len(files) >= 8
+    # the framework files name no cluster: --cluster is the plan's (no --nodes, --env, --model)
+    report = check_paths(files, CheckOptions(cluster=plan.cluster))
+    assert report.problems == [] and report.exit_code == 0, (report.problems, report.findings)
+    expected = plan.candidates[0].layout
+    read = {Path(c.file).name for c in report.configs if c.layout}
+    assert {"megatron_args.sh", "torchtitan.toml", "torchtitan_config.py"} <= read
+    for config in report.configs:
+        if config.kind in ("megatron", "torchtitan") and config.layout:
+            got = Layout.parse(config.layout)
+            for key in ("tp", "pp", "cp", "ep", "micro_batch_size"):
+                assert getattr(got, key) == getattr(expected, key), (config.file, key)
+            if config.num_gpus == plan.candidates[0].layout.num_gpus:
+                assert got.dp == expected.dp, config.file
