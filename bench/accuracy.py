@@ -582,13 +582,15 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
         dispatch = values.get("moe_dispatch_s_per_routed_token",
                               calib.moe_dispatch_s_per_routed_token)
         half_keys = values.get("attention_half_keys", calib.attention_half_keys)
+        per_layer = values.get("moe_dispatch_s_per_layer", calib.moe_dispatch_s_per_layer)
         profile = calib.profile
         network = values.get("networks", {}).get(profile.cluster if profile else None)
         if network is not None:
             profile = jean_zay_profile(network)
         return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
                        overlap_efficiency=overlap, profile=profile,
-                       moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys)
+                       moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys,
+                       moe_dispatch_s_per_layer=per_layer)
     return apply
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token",
-           "attention_half_keys")
+           "attention_half_keys", "moe_dispatch_s_per_layer")
 
 # (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
 # cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
@@ -39,12 +39,14 @@ CYCLES = 6
 # Fixed starting point, so the fit does not depend on the constants it is asked to refit.
 START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network": 5e9,
          "moe_dispatch_s_per_routed_token": 0.0, "attention_half_keys": 256.0,
+         "moe_dispatch_s_per_layer": 0.0,
          "max_efficiency": 0.6, "fp8_max_efficiency": 0.5, "half_efficiency_flops": 1e10,
          "attention_efficiency": 0.5}
 
 # Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one).
 STEP_FLOOR = {"half_efficiency_flops": 1e9, "network": 1e9,
-              "moe_dispatch_s_per_routed_token": 1e-8, "attention_half_keys": 64.0}
+              "moe_dispatch_s_per_routed_token": 1e-8, "attention_half_keys": 64.0,
+              "moe_dispatch_s_per_layer": 1e-5}
 
 
 def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
@@ -53,6 +55,7 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
                                ("*", "overlap_efficiency", 0.0, 1.0)]
     if any(c.model.moe is not None for c in cases):
         params.append(("*", "moe_dispatch_s_per_routed_token", 0.0, 1e-6))
+        params.append(("*", "moe_dispatch_s_per_layer", 0.0, 5e-3))
     if any(c.options.flash_attention for c in cases):
         params.append(("*", "attention_half_keys", 0.0, 8192.0))
     if any(c.profile is not None for c in cases):

@@ -266,9 +266,11 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     memory = factor * work.elementwise_bytes / bandwidth
     scores = factor * work.score_bytes / bandwidth
     # Permutations are pure data movement: the backward permutes the gradients once more.
-    # The dispatcher's per-token-copy bookkeeping (fitted, see profile.py) runs in both passes.
+    # The dispatcher's per-token-copy bookkeeping and its fixed per-layer cost (host syncs and
+    # small kernels, fitted: see profile.py) run in both passes.
     dispatch = (work.dispatch_bytes / (bandwidth * HBM_EFFICIENCY)
-                + work.routed_tokens * calib.moe_dispatch_s_per_routed_token)
+                + work.routed_tokens * calib.moe_dispatch_s_per_routed_token
+                + (calib.moe_dispatch_s_per_layer if work.routed_tokens else 0.0))
     forward = linear + attn_gemm + fused + memory + scores + dispatch
     backward = (2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused
                 + 2 * (memory + scores) + dispatch)

@@ -76,6 +76,13 @@ OVERLAP_EFFICIENCY = 0.615
 # on H100; other GPUs use it as is. Faster dispatchers (DeepEP, fused permutes) pay less: a
 # measured profile's ``moe_dispatch_s_per_routed_token`` replaces it.
 MOE_DISPATCH_S_PER_ROUTED_TOKEN = 1.14e-7
+# Fixed time of one MoE layer's token dispatch per pass, whatever the micro-batch: Megatron-Core's
+# all-to-all dispatcher copies the per-expert token counts to the host to size its buffers (a
+# device-to-host sync per layer, moe/token_dispatcher.py; the reason for its
+# --moe-pad-expert-input-to-capacity option) and launches a train of small kernels. Fitted by
+# bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
+# range from 1 to 4 sequences.
+MOE_DISPATCH_S_PER_LAYER = 0.0
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
@@ -131,6 +138,7 @@ class Calibration:
     profile: LinkProfile | None
     moe_dispatch_s_per_routed_token: float = MOE_DISPATCH_S_PER_ROUTED_TOKEN
     attention_half_keys: float = ATTENTION_HALF_KEYS
+    moe_dispatch_s_per_layer: float = MOE_DISPATCH_S_PER_LAYER
 
     def peak_flops(self, precision: str) -> float:
         if precision == "fp8" and self.peak_fp8_flops is not None:
