@@ -251,3 +251,26 @@ def test_sliding_window_fields_are_validated() -> None:
         Model(**base, sliding_window_layers=2)
     assert Model(**base, sliding_window_layers=0).num_sliding_window_layers == 0
     assert Model(**base, sliding_window=64).num_sliding_window_layers == 4
+
+
+def test_ring_attention_chunks_lower_the_attention_kernel_throughput() -> None:
+    """Fused attention reaches keys/(keys + half) of its peak: CP's 1/cp key chunks per kernel
+    call run the same FLOPs per GPU slower than one call over all keys (hand calculation)."""
+    model = model_preset("llama3-8b")
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    job = Job(seq_len=32768, global_batch_size=8)
+    one = layer_work(model, job, Layout(dp=8), False)
+    ring = layer_work(model, Job(seq_len=65536, global_batch_size=8), Layout(dp=4, cp=2), False)
+    assert one.attention_keys == pytest.approx(32768 / 2)  # causal: half the keys on average
+    assert ring.attention_keys == pytest.approx(65536 / 2 / 2)
+    half = calib.attention_half_keys
+    assert half > 0
+    per_flop = {}
+    for name, work in (("one", one), ("ring", ring)):
+        fused = pass_times(work, calib, "bf16", "none")
+        bare = pass_times(replace(work, attention_flops=0.0), calib, "bf16", "none")
+        per_flop[name] = (fused.forward_s - bare.forward_s) / work.attention_flops
+    keys = (one.attention_keys, ring.attention_keys)
+    expected = (keys[0] / (keys[0] + half)) / (keys[1] / (keys[1] + half))
+    # The GEMM curve's fixed per-kernel time is a small correction at these sizes.
+    assert per_flop["ring"] / per_flop["one"] == pytest.approx(expected, rel=0.01)
