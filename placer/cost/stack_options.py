@@ -28,8 +28,8 @@ def options_for(job: Job, stack: Stack | None,
         updates.update(dp_overlap_under_pp=stack.dp_overlap_under_pp,
                        moe_dispatcher=stack.defaults.moe_dispatcher,
                        moe_grouped_gemm=stack.defaults.moe_grouped_gemm,
-                       # torchtitan runs eager PyTorch modules (memory.py, fused_kernels)
-                       fused_kernels=stack.framework != "torchtitan")
+                       # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
+                       fused_kernels=stack.defaults.fused_kernels)
     if runtime.moe_dispatcher is not None:
         updates["moe_dispatcher"] = runtime.moe_dispatcher
     if runtime.moe_grouped_gemm is not None:

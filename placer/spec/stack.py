@@ -130,6 +130,9 @@ class StackDefaults(Spec):
     moe_dispatcher: Dispatcher = "alltoall"
     moe_grouped_gemm: bool = True
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    fused_kernels: bool = Field(
+        default=True, description="Transformer Engine / fused kernels (Megatron); false for "
+        "eager PyTorch model code (torchtitan's and Hugging Face's modules)")
     source: str = Field(min_length=1, max_length=600)
 
 
