@@ -53,6 +53,27 @@ def refuse_existing(force: bool, **paths: Path | None) -> None:
             raise already_exists(path, f"--{option.replace('_', '-')}")
 
 
+def refuse_nonempty_folders(force: bool, **folders: Path | None) -> None:
+    """Before any work: an output folder (options by keyword) must be a folder that can be
+    made or written, and without ``force`` empty or new, so a command that would refuse to
+    write its files fails before a long search, not after it."""
+    for option, folder in folders.items():
+        if folder is None:
+            continue
+        flag = f"--{option.replace('_', '-')}"
+        if folder.exists() and not folder.is_dir():
+            raise PlacerError(f"{flag}: {folder} exists and is not a folder")
+        existing = folder if folder.exists() else next(
+            p for p in folder.absolute().parents if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise PlacerError(f"{flag}: cannot write in {existing}; choose another folder")
+        if folder.is_dir() and not force:
+            names = sorted(p.name for p in folder.iterdir())
+            if names:
+                shown = names[:3] + ([f"{len(names) - 3} more"] if len(names) > 3 else [])
+                raise already_exists(folder, flag, shown)
+
+
 def write_text(path: Path, text: str, option: str, force: bool = True) -> None:
     """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, renamed into
     place, and removed if anything fails (an interrupt included). Refuses to replace an existing

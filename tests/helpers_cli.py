@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from placer.cli import main
+from placer.report.progress import PREFIX as PROGRESS
 
 
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -16,8 +17,9 @@ def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def assert_one_line_error(code: int, err: str) -> None:
-    """Exit code 2 and one ``error: ...`` line, no traceback."""
+    """Exit code 2 and one ``error: ...`` line, no traceback (progress lines, ``placer: ...``,
+    which a search over a second prints first, are not part of the error)."""
     assert code == 2, err
-    lines = err.strip("\n").split("\n")
+    lines = [line for line in err.strip("\n").split("\n") if not line.startswith(PROGRESS)]
     assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) > 8, err
     assert "Traceback" not in err

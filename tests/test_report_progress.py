@@ -1,4 +1,4 @@
-"""The spinner shows only for slow work, only on a terminal."""
+"""Progress shows only for slow work: a spinner on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
@@ -32,11 +32,25 @@ def test_quick_work_shows_nothing() -> None:
     assert buffer.getvalue() == ""
 
 
-def test_no_spinner_when_disabled_or_not_a_terminal() -> None:
+def test_nothing_when_disabled() -> None:
     console, buffer = terminal()
     with delayed_spinner("x", enabled=False, delay_s=0.0, console=console):
         time.sleep(0.1)
     plain = io.StringIO()
-    with delayed_spinner("x", delay_s=0.0, console=Console(file=plain)):
+    with delayed_spinner("x", enabled=False, delay_s=0.0, console=Console(file=plain)):
         time.sleep(0.1)
     assert buffer.getvalue() == "" and plain.getvalue() == ""
+
+
+def test_plain_lines_when_not_a_terminal() -> None:
+    plain = io.StringIO()
+    with delayed_spinner("searching layouts", delay_s=0.05, console=Console(file=plain)) as up:
+        up("still before the delay")
+        time.sleep(0.3)
+        up("checking what would change the answer")
+    assert plain.getvalue() == ("placer: still before the delay ...\n"
+                                "placer: checking what would change the answer ...\n")
+    quick = io.StringIO()
+    with delayed_spinner("searching layouts", delay_s=5.0, console=Console(file=quick)):
+        pass
+    assert quick.getvalue() == ""

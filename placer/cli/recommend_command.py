@@ -8,7 +8,7 @@ stdout, and ``--emit``/``--plot`` folders written all or nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,15 @@ from placer.cli.options import (
 )
 from placer.launch.scripts import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT
 from placer.report.defaults import step_time_warnings
-from placer.report.plan import Recommendation, make_plan, plan_json
+from placer.report.plan import (
+    Recommendation,
+    make_plan,
+    plan_in_steps,
+    plan_json,
+    with_what_ifs_solved,
+)
+from placer.report.whatif import WhatIf
+from placer.report.whatif import variants as what_if_variants
 
 DEFAULT_TOP_K = 5
 
@@ -84,13 +92,15 @@ def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommenda
               metavar="PORT", show_default=True, help="rendezvous port of the emitted launch files")
 @click.option("--debug", is_flag=True, help="add NCCL/torch debugging variables to emitted env.sh")
 @click.option("--force", is_flag=True, help="overwrite files already in --emit/--plot folders")
+@click.option("--quiet", "-q", is_flag=True,
+              help="no progress lines or search time on stderr (warnings and errors still show)")
 def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None,
                              global_batch: int | None, seq_len: int | None,
                              precision: str | None, top_k: int,
                              constraints: Sequence[str], profile: Path | None, what_if: bool,
                              as_json: bool,
                              emit_dir: Path | None, plot_dir: Path | None, script: str,
-                             master_port: int, debug: bool, force: bool,
+                             master_port: int, debug: bool, force: bool, quiet: bool,
                              job_knobs: JobKnobs) -> None:
     """Rank parallel layouts for a model on a cluster and explain the best one.
 
@@ -100,30 +110,68 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
         from placer.report.plots import require_matplotlib
 
         require_matplotlib()
+    from placer.io import refuse_nonempty_folders
+
+    refuse_nonempty_folders(force, emit=emit_dir, plot=plot_dir)  # before, not after, the search
     args = RecommendArgs(model=model_ref, cluster=cluster_ref, nodes=nodes,
                          global_batch=global_batch, seq_len=seq_len, top_k=top_k,
                          constraints=tuple(constraints), profile=profile, what_if=what_if,
                          precision=precision, knobs=job_knobs)
     started = time.perf_counter()
-    rec = recommend(args, progress_enabled=not as_json)
-    elapsed_s = time.perf_counter() - started
-    best = rec.plan.candidates[0]
-    for line in step_time_warnings(best.step_time_s, rec.plan.job, best.layout.num_gpus):
+    head, variants = recommend_in_steps(args, progress_enabled=not quiet)
+    best = head.plan.candidates[0]
+    for line in step_time_warnings(best.step_time_s, head.plan.job, best.layout.num_gpus):
         click.echo(f"warning: {line}", err=True)
+    count = len(what_if_variants(head.plan.cluster, head.plan.job)) if what_if else 0
+    variants = _with_progress(variants, count, enabled=not quiet)
+    if as_json:
+        rec = with_what_ifs_solved(head, list(variants))
+    else:
+        from placer.report.tables import stream_text
+
+        rec = stream_text(head, variants, lambda solved: with_what_ifs_solved(head, solved),
+                          lambda text: click.echo(text, nl=False))
+    elapsed_s = time.perf_counter() - started
+    written = []
     if emit_dir is not None or plot_dir is not None:
         written = write_outputs(rec, emit_dir, plot_dir, script=script, master_port=master_port,
                                 debug=debug, force=force)
-    else:
-        written = []
     if as_json:
         click.echo(plan_json(rec.plan), nl=False)
-    else:
-        from placer.report.tables import render_text
-
-        click.echo(render_text(rec), nl=False)
+    elif not quiet:
         click.echo(f"(searched in {elapsed_s:.1f} s)", err=True)
     for path in written:
         click.echo(f"wrote {path}", err=True)
+
+
+def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False
+                       ) -> tuple[Recommendation, Iterator[WhatIf]]:
+    """``recommend`` in two steps (``report.plan.plan_in_steps``): the answer, then the
+    what-ifs solved one by one as the iterator is read."""
+    from placer.report.progress import delayed_spinner
+
+    inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
+                             global_batch=args.global_batch, seq_len=args.seq_len,
+                             precision=args.precision, constraints=args.constraints,
+                             knobs=args.knobs)
+    profile = load_profile_option(args.profile)
+    with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
+        return plan_in_steps(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
+                             profile=profile, defaults_used=inputs.defaults_used,
+                             with_what_ifs=args.what_if, progress=progress)
+
+
+def _with_progress(variants: Iterator[WhatIf], count: int, enabled: bool) -> Iterator[WhatIf]:
+    """The what-ifs, each solved under its own progress line (shown only if it takes long)."""
+    from placer.report.progress import delayed_spinner
+
+    for index in range(1, count + 1):
+        with delayed_spinner(f"checking what would change the answer ({index} of {count})",
+                             enabled=enabled):
+            what = next(variants, None)
+        if what is None:
+            return
+        yield what
 
 
 def write_outputs(rec: Recommendation, emit_dir: Path | None, plot_dir: Path | None, *,

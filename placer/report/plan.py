@@ -15,7 +15,7 @@ the examples). Stability rules of the file (``placer schema plan`` documents its
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,25 +60,51 @@ def make_plan(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5, profi
     ``progress`` hears what is being done (for a spinner). Raises ``InfeasibleError`` (from the
     solver) when no layout fits.
     """
+    head, variants = plan_in_steps(model, cluster, job, top_k=top_k, profile=profile,
+                                   defaults_used=defaults_used, with_what_ifs=with_what_ifs,
+                                   recommend_fn=recommend_fn, estimate_fn=estimate_fn,
+                                   progress=progress)
+    return with_what_ifs_solved(head, list(variants))
+
+
+def plan_in_steps(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
+                  profile: Any = None, defaults_used: Sequence[str] = (),
+                  with_what_ifs: bool = True, recommend_fn: Callable[..., Any] | None = None,
+                  estimate_fn: Callable[..., Any] | None = None,
+                  progress: Callable[[str], None] | None = None
+                  ) -> tuple[Recommendation, Iterator[WhatIf]]:
+    """``make_plan`` in two steps, so the answer can be shown before the what-ifs are solved:
+    the recommendation without what-ifs, and the what-ifs, each solved when the iterator asks
+    for it (``with_what_ifs_solved`` joins them)."""
+    say = progress or (lambda _text: None)
+    say(f"searching layouts for {model.name} on {cluster.num_gpus:,} GPUs")
     if recommend_fn is None:
         from placer.solver import recommend as recommend_fn
     if estimate_fn is None:
         from placer.cost import estimate as estimate_fn
-    say = progress or (lambda _text: None)
-    say(f"searching layouts for {model.name} on {cluster.num_gpus} GPUs")
     result = recommend_fn(model, cluster, job, top_k=top_k, profile=profile)
     candidates: list[Candidate] = list(result.candidates)
     best = candidates[0]
     say("estimating the common default")
     baseline = common_default(model, cluster, job, best.layout.num_gpus, estimate_fn, profile)
-    variants: list[WhatIf] = []
-    if with_what_ifs:
-        say("checking what would change the answer")
-        variants = list(what_ifs(model, cluster, job, recommend_fn, result.tuples, profile))
-    explanation = explain(model, cluster, job, candidates, baseline, variants)
+    explanation = explain(model, cluster, job, candidates, baseline, [])
     plan = build_plan(model, cluster, job, candidates, stats=result.stats,
                       defaults_used=defaults_used, explanation=explanation)
-    return Recommendation(plan, baseline, variants)
+    variants: Iterator[WhatIf] = iter(())
+    if with_what_ifs:
+        variants = what_ifs(model, cluster, job, recommend_fn, result.tuples, profile)
+    return Recommendation(plan, baseline), variants
+
+
+def with_what_ifs_solved(head: Recommendation, variants: list[WhatIf]) -> Recommendation:
+    """The recommendation with the solved what-ifs in its explanation."""
+    if not variants:
+        return head
+    plan = head.plan
+    explanation = explain(plan.model, plan.cluster, plan.job, list(plan.candidates),
+                          head.baseline, variants)
+    return Recommendation(plan.model_copy(update={"explanation": explanation}), head.baseline,
+                          variants)
 
 
 def plan_data(plan: Plan) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""A spinner on stderr that appears only when work takes longer than a second.
+"""Progress on stderr for work that takes longer than a second: a spinner or plain lines.
 
-Quick runs stay silent, and nothing is drawn unless stderr is a terminal, so piped and captured
-output never contains progress noise.
+Quick runs stay silent. On a terminal a spinner shows what is being done; anywhere else (a pipe,
+a CI log, a file) each step still running after the delay gets one plain line, ``placer: ...``,
+so a long search in a log is never a silent wait. ``--quiet`` turns both off. Progress goes to
+stderr only: stdout (tables, ``--json``) never holds progress noise.
 """
 
 from __future__ import annotations
@@ -9,19 +11,26 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TextIO
 
 from rich.console import Console
 
 DELAY_S = 1.0
+PREFIX = "placer: "
+"""How a progress line starts (errors start ``error:``, warnings ``warning:``)."""
 
 
 @contextmanager
 def delayed_spinner(message: str, *, enabled: bool = True, delay_s: float = DELAY_S,
                     console: Console | None = None) -> Iterator[Callable[[str], None]]:
-    """Yield a function that updates the message; the spinner shows after ``delay_s``."""
+    """Yield a function that updates the message; progress shows after ``delay_s``."""
     console = console or Console(stderr=True)
-    if not enabled or not console.is_terminal:
+    if not enabled:
         yield lambda _text: None
+        return
+    if not console.is_terminal:
+        with _plain_lines(message, delay_s, console.file) as update:
+            yield update
         return
     status = console.status(message)
     lock = threading.Lock()
@@ -47,3 +56,38 @@ def delayed_spinner(message: str, *, enabled: bool = True, delay_s: float = DELA
             state["done"] = True
             if state["started"]:
                 status.stop()
+
+
+@contextmanager
+def _plain_lines(message: str, delay_s: float, stream: TextIO) -> Iterator[Callable[[str], None]]:
+    """One ``placer: <message> ...`` line once the work has run ``delay_s``; after that, one
+    line per update. Updates before the delay only replace the message (quick steps are not
+    worth a line)."""
+    lock = threading.Lock()
+    state = {"message": message, "late": False, "done": False}
+
+    def write(text: str) -> None:
+        stream.write(f"{PREFIX}{text} ...\n")
+        stream.flush()
+
+    def late() -> None:
+        with lock:
+            if not state["done"]:
+                state["late"] = True
+                write(str(state["message"]))
+
+    def update(text: str) -> None:
+        with lock:
+            state["message"] = text
+            if state["late"] and not state["done"]:
+                write(text)
+
+    timer = threading.Timer(delay_s, late)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield update
+    finally:
+        timer.cancel()
+        with lock:
+            state["done"] = True

@@ -6,7 +6,7 @@ Rendering is deterministic: fixed width, no timing, no colour unless the console
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from rich import box
 from rich.console import Console
@@ -14,7 +14,9 @@ from rich.table import Table
 
 from placer.report.baseline import Baseline
 from placer.report.describe import BREAKDOWN_SHORT, count, gib, percent, seconds
+from placer.report.explain import change_sentences, holds_sentence
 from placer.report.plan import Recommendation
+from placer.report.whatif import WhatIf
 from placer.spec.cluster import Cluster
 from placer.spec.results import Estimate, Plan
 
@@ -131,6 +133,13 @@ def _bullets(lines: Sequence[str], mark: str = "-") -> Table:
 
 def render(rec: Recommendation, console: Console) -> None:
     """Print the whole human report of a recommendation."""
+    render_head(rec, console, rec.plan.explanation)
+    render_tail(rec, console)
+
+
+def render_head(rec: Recommendation, console: Console, explanation: Sequence[str]) -> None:
+    """The report up to the last line of "Why #1" (``explanation``): what the command prints as
+    soon as the main search is done, before the what-ifs."""
     plan = rec.plan
     header = Table.grid(padding=(0, 1))
     header.add_column(no_wrap=True)
@@ -154,7 +163,18 @@ def render(rec: Recommendation, console: Console) -> None:
         console.print(table)
     console.print()
     console.print("Why #1:")
-    console.print(_bullets(plan.explanation))
+    console.print(_bullets(explanation))
+
+
+def render_bullets(lines: Sequence[str], console: Console) -> None:
+    """More lines of "Why #1", as ``render_head`` prints them."""
+    if lines:
+        console.print(_bullets(lines))
+
+
+def render_tail(rec: Recommendation, console: Console) -> None:
+    """The report after "Why #1": the search notes and the rank order of #1."""
+    plan = rec.plan
     best = plan.candidates[0]
     if best.why:
         console.print()
@@ -168,9 +188,37 @@ def render(rec: Recommendation, console: Console) -> None:
 
 def render_text(rec: Recommendation, width: int = WIDTH) -> str:
     """The human report as plain text, trailing spaces stripped (what the command prints)."""
+    return text_of(lambda console: render(rec, console), width)
+
+
+def text_of(draw: Callable[[Console], None], width: int = WIDTH) -> str:
+    """What ``draw`` prints, as plain text with trailing spaces stripped."""
     buffer = io.StringIO()
-    render(rec, make_console(buffer, width))
+    draw(make_console(buffer, width))
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def stream_text(head: Recommendation, what_ifs: Iterator[WhatIf],
+                finish: Callable[[list[WhatIf]], Recommendation], write: Callable[[str], None],
+                width: int = WIDTH) -> Recommendation:
+    """Write the report while it is computed: everything but the what-ifs as soon as the main
+    search is done (``head``), each sentence of a variant that changes the answer as soon as
+    that variant is solved, then the rest. ``finish`` turns the solved variants into the final
+    recommendation, whose ``render_text`` is exactly what was written."""
+    best = head.plan.candidates[0]
+    write(text_of(lambda c: render_head(head, c, head.plan.explanation), width))
+    solved: list[WhatIf] = []
+    written = 0
+    for what in what_ifs:
+        solved.append(what)
+        lines = change_sentences(best, solved)
+        write(text_of(lambda c, new=lines[written:]: render_bullets(new, c), width))
+        written = len(lines)
+    rec = finish(solved)
+    holds = holds_sentence(best, solved)
+    write(text_of(lambda c: render_bullets([holds] if holds else [], c), width))
+    write(text_of(lambda c: render_tail(rec, c), width))
+    return rec
 
 
 def make_console(file: io.TextIOBase | None = None, width: int = WIDTH,
