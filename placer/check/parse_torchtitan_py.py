@@ -112,7 +112,9 @@ def parse_torchtitan_py(path: Path, text: str) -> list[ParsedConfig]:
         readers[name] = reader
     configs = []
     for name, reader in readers.items():
-        if not any(k.startswith("parallelism.") for k in reader.values):
+        returns = ast.unparse(functions[name].returns) if functions[name].returns else ""
+        if not any(k.startswith("parallelism.") for k in reader.values) and \
+                not returns.endswith("Config"):
             continue
         # a config that only adjusts another one (config = llama3_8b(); config.x = ...) or
         # placer's apply(config): start from what the called function sets
@@ -124,11 +126,20 @@ def parse_torchtitan_py(path: Path, text: str) -> list[ParsedConfig]:
         merged.values.update(reader.values)
         merged.flavor = reader.flavor or merged.flavor
         merged.recompute = reader.recompute or merged.recompute
-        model_name = package.group(1) if package else None
+        model_name = package.group(1) if package else _model_of_function(name)
         if base is not None:
             model_name, merged.flavor = base
         configs.append(_parsed(path, name, merged, model_name))
     return configs
+
+
+# torchtitan/models/*: a registry's config functions are named <model>_<variant>
+_MODELS = ("deepseek_v3", "gpt_oss", "kimi_k2_7", "llama2", "llama3", "llama4", "qwen3_5",
+           "qwen3")
+
+
+def _model_of_function(name: str) -> str | None:
+    return next((m for m in _MODELS if name.startswith(m + "_")), None)
 
 
 def _base(tree: ast.Module) -> tuple[str, str] | None:

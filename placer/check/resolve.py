@@ -201,6 +201,8 @@ def _sized_cluster(ctx: _Context, gpn: int | None) -> Cluster:
     if ctx.per_node > gpn:
         raise ctx.stop("degrees-cluster", f"the launch starts {ctx.per_node} processes per node "
                        f"but {cluster.node_types[0].name} nodes have {gpn} GPUs", "nproc_per_node")
+    if ctx.parsed.nproc_per_node is None and ctx.world_known and world < ctx.per_node:
+        ctx.per_node = world  # a job smaller than one node runs on part of one node
     if not ctx.world_known:
         nodes = -(-world // ctx.per_node)
         ctx.world = nodes * ctx.per_node
