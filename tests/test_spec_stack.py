@@ -98,3 +98,15 @@ def test_grad_reduce_in_bf16_and_fp8_param_gather_set_optimizer_bytes() -> None:
     with pytest.raises(ValueError, match="contradicts"):
         Job(seq_len=8, global_batch_size=1, optimizer={"grad_bytes": 4},
             runtime={"grad_reduce_dtype": "bf16"})
+
+
+@pytest.mark.parametrize(("stack", "runtime", "field"), [
+    ("deepspeed", {"overlaps": ["tp"]}, "runtime.overlaps"),  # no TP-GEMM overlap
+    ("torchtitan", {"fp8_recipe": "delayed"}, "runtime.fp8_recipe"),  # tensorwise, mxfp8
+    ("deepspeed", {"moe_dispatcher": "flex"}, "runtime.moe_dispatcher"),
+])
+def test_job_runtime_must_be_offered_by_its_stack(stack: str, runtime: dict[str, object],
+                                                  field: str) -> None:
+    with pytest.raises(InputError, match=field.replace(".", r"\.")):
+        Job(seq_len=4096, global_batch_size=64, precision="fp8", stack=stack, runtime=runtime)
+    Job(seq_len=4096, global_batch_size=64, precision="fp8", runtime=runtime)  # no stack: any

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from placer.errors import InputError
 from placer.spec.base import Spec
 from placer.spec.runtime import Runtime, runtime_optimizer_bytes
 from placer.spec.text import decimal
@@ -159,6 +160,17 @@ class Job(Spec):
 
             load_stack(value)
         return value
+
+    @model_validator(mode="after")
+    def _runtime_on_stack(self) -> Job:
+        """Runtime settings must be ones the stack offers (placer.spec.stack.runtime_problem)."""
+        if self.stack is not None:
+            from placer.spec.stack import load_stack, runtime_problem
+
+            problem = runtime_problem(self.runtime, load_stack(self.stack))
+            if problem is not None:
+                raise InputError(*problem)
+        return self
 
     @model_validator(mode="before")
     @classmethod

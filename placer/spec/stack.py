@@ -24,7 +24,7 @@ from placer.errors import InputError, PlacerError
 from placer.spec.base import Spec
 from placer.spec.layout import RECOMPUTE_CHOICES, Layout, Recompute, RecomputeModule
 from placer.spec.pipeline import Schedule
-from placer.spec.runtime import Dispatcher, Fp8Recipe, Overlap
+from placer.spec.runtime import Dispatcher, Fp8Recipe, Overlap, Runtime
 
 STACK_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,40}@[0-9][0-9A-Za-z.+-]{0,20}$"
 
@@ -247,3 +247,21 @@ def load_stack(ref: str) -> Stack:
     if not isinstance(data, dict):
         raise PlacerError(f"{path}: expected a mapping of stack fields")
     return validated(Stack, data, str(path))
+
+
+def runtime_problem(runtime: Runtime, stack: Stack) -> tuple[str, object, str] | None:
+    """The first runtime setting ``stack`` does not offer (an overlap, a dispatcher, an FP8
+    recipe, FP8 parameter gather), or None."""
+    for overlap in runtime.overlaps or ():
+        if overlap not in stack.overlaps:
+            return ("runtime.overlaps", overlap, f"{stack.name} overlaps "
+                    f"{', '.join(stack.overlaps) or 'nothing'} (stack.overlaps)")
+    if runtime.moe_dispatcher is not None and runtime.moe_dispatcher not in stack.moe_dispatchers:
+        return ("runtime.moe_dispatcher", runtime.moe_dispatcher, f"{stack.name} dispatches "
+                f"with {', '.join(stack.moe_dispatchers) or 'no MoE dispatcher'}")
+    if runtime.fp8_recipe is not None and runtime.fp8_recipe not in stack.fp8_recipes:
+        return ("runtime.fp8_recipe", runtime.fp8_recipe, f"{stack.name} offers "
+                f"{', '.join(stack.fp8_recipes) or 'no FP8 recipe'}")
+    if runtime.fp8_param_gather and not stack.fp8_param_gather:
+        return ("runtime.fp8_param_gather", True, f"{stack.name} gathers parameters in bf16")
+    return None
