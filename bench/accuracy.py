@@ -346,9 +346,12 @@ def case_for(record: dict[str, Any]) -> Case:
     zero = zero_stage(layout_rec.get("dp_sharding"))
     if zero and dp * cp == 1:
         zero = 0
+    modules = layout_rec.get("recompute_modules")
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=layout_rec.get("etp") or 1, vpp=vpp,
                     micro_batch_size=mbs, zero_stage=zero, recompute=recompute,
-                    sequence_parallel=bool(sp) and tp > 1)
+                    sequence_parallel=bool(sp) and tp > 1,
+                    recompute_modules=tuple(modules) if modules else None,
+                    offload_layers=layout_rec.get("offload_layers") or 0)
     # Whether a run fits is judged against the whole GPU: no planning headroom.
     job = Job(seq_len=seq, global_batch_size=gbs, precision=precision, optimizer=optimizer,
               memory_headroom=0.0)
