@@ -10,10 +10,17 @@ from typing import Any, TypeVar
 
 import click
 
-from placer.report.defaults import NO_KNOBS, JobKnobs, job_warnings, resolve_job, resolve_nodes
+from placer.report.defaults import (
+    NO_KNOBS,
+    JobKnobs,
+    job_warnings,
+    resolve_gpu,
+    resolve_job,
+    resolve_nodes,
+)
 from placer.spec import Cluster, Job, Model
 from placer.spec.job import OPTIMIZER_STATE_BYTES
-from placer.spec.presets import cluster_names, load_cluster, load_model
+from placer.spec.presets import cluster_names, load_cluster, load_model, preset_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +62,9 @@ _JOB_KNOB_OPTIONS = (
     click.option("--moe-imbalance", type=click.FloatRange(1.0, 64.0), metavar="F",
                  help="tokens the busiest expert rank gets, as a multiple of the mean "
                       "[default: the stack's, else 1.25]"),
+    click.option("--gpu", metavar="GPU",
+                 help="GPU preset for every node of the cluster, e.g. --cluster dgx-a100 --gpu "
+                      "A100-40GB (see 'placer presets')"),
 )
 _KNOB_NAMES = tuple(f.name for f in fields(JobKnobs))
 
@@ -102,8 +112,10 @@ def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
     from placer.cost.profile import bounding_node_type
 
     model = load_model(model_ref)
-    cluster = load_cluster(cluster_ref)
-    cluster, nodes_used = resolve_nodes(cluster, nodes, is_preset=cluster_ref in cluster_names())
+    cluster, gpu_used = resolve_gpu(load_cluster(cluster_ref), knobs.gpu)
+    is_preset = preset_name(cluster_ref, cluster_names()) is not None
+    cluster, nodes_used = resolve_nodes(cluster, nodes, is_preset=is_preset)
+    nodes_used = [*gpu_used, *nodes_used]
     capacity = bounding_node_type(cluster).gpu.capacity_bytes
     job, job_used = resolve_job(model, seq_len=seq_len, global_batch=global_batch,
                                 constraints=tuple(constraints), precision=precision,

@@ -54,6 +54,8 @@ class JobKnobs:
     stack: str | None = None
     overlaps: str | None = None
     moe_imbalance: float | None = None
+    gpu: str | None = None
+    """--gpu: a GPU preset put in every node type of the cluster (``resolve_gpu``)."""
 
 
 DEFAULT_STACK = "megatron-core"
@@ -204,6 +206,21 @@ def step_time_warnings(step_time_s: float, job: Job, num_gpus: int) -> list[str]
             f"({job.global_batch_size:,} sequences of {job.seq_len:,} tokens on {num_gpus} "
             "GPUs); published pre-training steps take seconds: check --global-batch (sequences, "
             "not tokens) and --nodes"]
+
+
+def resolve_gpu(cluster: Cluster, gpu_ref: str | None) -> tuple[Cluster, list[str]]:
+    """The cluster with the ``--gpu`` preset in every node type (fabric and NICs kept: a DGX A100
+    with A100-40GB is the DGX A100 320GB), and the line saying what it replaced."""
+    if gpu_ref is None:
+        return cluster, []
+    from placer.spec.presets import load_gpu
+
+    gpu = load_gpu(gpu_ref)
+    before = sorted({t.gpu.name for t in cluster.node_types})
+    types = [t.model_copy(update={"gpu": gpu}).model_dump() for t in cluster.node_types]
+    swapped = Cluster.model_validate({**cluster.model_dump(), "node_types": types})
+    return swapped, [f"gpu={gpu.name} in every node (--gpu; the cluster had "
+                     f"{', '.join(before)})"]
 
 
 def resolve_nodes(cluster: Cluster, nodes: int | None, *, is_preset: bool) -> tuple[Cluster,

@@ -178,13 +178,40 @@ def _looks_like_path(ref: str) -> bool:
     return suffix in (".yaml", ".yml", ".json") or "/" in ref or Path(ref).exists()
 
 
+def preset_name(ref: str, names: list[str]) -> str | None:
+    """The preset ``ref`` names, ignoring case (``Llama3-70B`` is ``llama3-70b``); None if none."""
+    if ref in names:
+        return ref
+    folded = {name.casefold(): name for name in names}
+    return folded.get(ref.casefold())
+
+
+def unknown_preset(option: str, ref: str, names: list[str]) -> InputError:
+    """The error for a name that is neither a preset nor a file: the closest presets first."""
+    import difflib
+
+    folded = {name.casefold(): name for name in names}
+    close = [folded[m] for m in difflib.get_close_matches(ref.casefold(), folded, n=3,
+                                                          cutoff=0.6)]
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return InputError(option, ref, f"{hint}presets: {', '.join(names)} (placer presets), or a "
+                                   "file")
+
+
 def load_model(ref: str) -> Model:
-    """A preset name, a placer model file, or a Hugging Face ``config.json``."""
-    if ref in _model_table():
-        return model_preset(ref)
+    """A preset name (any case), a placer model file, or a Hugging Face ``config.json`` or the
+    folder holding one (what ``huggingface-cli download`` writes)."""
+    name = preset_name(ref, model_names())
+    if name is not None:
+        return model_preset(name)
     if not _looks_like_path(ref):
-        raise InputError("--model", ref, f"use a preset ({', '.join(model_names())}) or a file")
+        raise unknown_preset("--model", ref, model_names())
     path = Path(ref)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PlacerError(f"{path}: a folder without config.json; give a model file or a "
+                              "Hugging Face model folder")
+        path = path / "config.json"
     data = read_document(path)
     if not isinstance(data, dict):
         raise PlacerError(f"{path}: expected a mapping of model fields")
@@ -194,23 +221,32 @@ def load_model(ref: str) -> Model:
         # Hub checkouts hold <model>/config.json: name those after their folder, others after
         # the file itself.
         folder = path.resolve().parent.name if path.name == "config.json" else ""
-        return model_from_hf_config(data, default_name=folder or path.stem, source=ref)
+        return model_from_hf_config(data, default_name=folder or path.stem, source=str(path))
     data.setdefault("name", path.stem)
     return validated(Model, data, str(path))
 
 
 def load_cluster(ref: str) -> Cluster:
-    """A preset name or a cluster file."""
-    if ref in _cluster_names():
-        return cluster_preset(ref)
+    """A preset name (any case) or a cluster file."""
+    name = preset_name(ref, cluster_names())
+    if name is not None:
+        return cluster_preset(name)
     if not _looks_like_path(ref):
-        raise InputError("--cluster", ref, f"use a preset ({', '.join(cluster_names())}) or a file")
+        raise unknown_preset("--cluster", ref, cluster_names())
     path = Path(ref)
     data = read_document(path)
     if not isinstance(data, dict):
         raise PlacerError(f"{path}: expected a mapping of cluster fields")
     data.setdefault("name", path.stem)
     return validated(Cluster, data, str(path))
+
+
+def load_gpu(ref: str, option: str = "--gpu") -> GPU:
+    """A GPU preset by name, any case (``h100-sxm-80gb``)."""
+    name = preset_name(ref, gpu_names())
+    if name is None:
+        raise unknown_preset(option, ref, gpu_names())
+    return gpu_preset(name)
 
 
 def load_job(path: Path) -> Job:
