@@ -183,3 +183,23 @@ def test_tp_overlap_hides_behind_gemms_but_never_the_first_chunk() -> None:
     on = estimate(model, cluster, job, layout, options=CostOptions(tp_comm_overlap=True))
     assert off.breakdown.tp_exposed_s / 8 <= on.breakdown.tp_exposed_s
     assert on.breakdown.tp_exposed_s < off.breakdown.tp_exposed_s
+
+
+def test_uneven_interleaved_bubble_is_the_mean_stage_over_v() -> None:
+    """Llama-3.1-405B on PP8 VPP8 with the embedding and loss counted: ranks hold 15, 16 x 6,
+    15 layers; with 1 s forward and 2 s backward per layer the mean rank takes
+    (2 x 15 + 6 x 16) / 8 x 3 s, and the interleaved bubble is (p-1)/v of it."""
+    from placer.cost.compute import PassTimes
+    from placer.cost.step import _bubble, _StageTime
+
+    layout = Layout.parse("pp=8,vpp=8,emb=on,loss=on")
+    ranks = layout.pipeline_split(126).rank_layers
+    assert ranks == [15] + [16] * 6 + [15]
+    stages = [_StageTime(PassTimes(1.0 * n, 2.0 * n, 0.0, 1.5 * n), 0.0, 0.0, 0.0, 0.0)
+              for n in ranks]
+    mean = (2 * 15 + 6 * 16) / 8 * 3
+    assert _bubble(layout, stages) == pytest.approx(7 / 8 * mean)
+    # ZB-H1 on the same ranks: W = GEMM time / 3 = 0.5 s per layer.
+    zb = Layout.parse("pp=8,vpp=8,emb=on,loss=on,schedule=zb1p")
+    mean_f, mean_b = mean / 3, 2 * mean / 3
+    assert _bubble(zb, stages) == pytest.approx(7 * (mean_f + mean_b - 2 * mean_f / 2) / 8)
