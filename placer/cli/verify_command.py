@@ -270,6 +270,9 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
               help="with --slurm: sbatch --time (default: --timeout-s plus 2 minutes)")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="ARG",
               help="with --slurm: one more sbatch option (repeatable), e.g. --sbatch-arg=--qos=x")
+@click.option("--real-model", is_flag=True,
+              help="train each candidate's actual model (random weights) for --steps steps "
+                   "instead of the replay: step time, tokens/s and peak memory")
 @click.option("--force", is_flag=True, help="overwrite --out and --save-profile files")
 def verify_command(plan_path: Path, top_k: int, emulate: str | None,
                    inter_node_mbit: float | None, nproc: int | None, profile_path: Path | None,
@@ -277,7 +280,8 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
                    save_profile: Path | None, out_path: Path | None, as_json: bool,
                    work_dir: Path | None, emit_config: Path | None, from_dir: Path | None,
                    slurm: bool, partition: str | None, account: str | None,
-                   time_limit: str | None, sbatch_args: tuple[str, ...], force: bool) -> None:
+                   time_limit: str | None, sbatch_args: tuple[str, ...], real_model: bool,
+                   force: bool) -> None:
     """Run the plan's top candidates for real and compare measured with predicted step times.
 
     Example: placer verify examples/emulated-2x2/plan.json --emulate 2x2 --inter-node-mbit 400
@@ -318,6 +322,10 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
         return
     default_nproc = plan.candidates[0].layout.num_gpus if plan.candidates else 1
     _check_shapes(plan, options, emulate, nproc or default_nproc, as_json)
+    if real_model:
+        _verify_real(plan_path, plan, profile, options, (emulate, inter_node_mbit, nproc,
+                     default_nproc), work_dir, out_path, as_json, refit)
+        return
     cuda = _cuda_devices() > 0
     with _work_dir(work_dir, "placer-verify-") as (where, keep), \
             _launcher(emulate, inter_node_mbit, nproc, default_nproc) as launcher:
@@ -391,6 +399,43 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
         _say(f"logs of the failed candidates are in {work_dir}/candidate*/logs; run the same "
              "command again to re-run only them", as_json)
     _finish(doc, results, fb, out_path, save_profile, as_json)
+
+
+def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
+                 options: VerifyOptions, where: tuple[str | None, float | None, int | None, int],
+                 work_dir: Path | None, out_path: Path | None, as_json: bool,
+                 refit: bool) -> None:
+    """``verify --real-model``: the candidates' models, for a few steps each."""
+    from placer.verify.realmodel import real_document, real_line, render_real, run_real
+    from placer.verify.session import top_indices
+
+    if refit:
+        raise InputError("--calibrate", True, "with --real-model use placer calibrate "
+                         "--from-verify RESULTS.json; drop --calibrate")
+    device = "cuda" if _cuda_devices() > 0 else "cpu"
+    emulate, mbit, nproc, default_nproc = where
+    with _work_dir(work_dir, "placer-verify-") as (folder, keep), \
+            _launcher(emulate, mbit, nproc, default_nproc) as launcher:
+        _say(f"training the real model of {plan_path}'s candidates on {launcher.description}",
+             as_json)
+        results = run_real(plan, launcher, profile, top_indices(plan, options), folder,
+                           options.steps, options.warmup_steps, options.candidate_timeout_s,
+                           device)
+        for result in results:
+            _say(real_line(result), as_json)
+        if any(r.status not in ("ok", "skipped") for r in results):
+            keep[0] = True
+            _say(f"logs of the failed candidates are in {folder}", as_json)
+        doc = real_document(str(plan_path), launcher.description, options.steps, results)
+    if out_path is not None:
+        _write_json(out_path, doc)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for line in render_real(doc):
+            click.echo(line)
+    if not any(r.status == "ok" for r in results):
+        sys.exit(1)
 
 
 def _check_shapes(plan: Plan, options: VerifyOptions, emulate: str | None, nproc: int,

@@ -1,0 +1,316 @@
+"""``placer verify --real-model``: each candidate trains its actual model for a few steps.
+
+Beside the replay (which times the cost model's own account of a step), this runs the model
+architecture itself with the plan's layout in plain PyTorch (placer/verify/workers/model.py):
+random weights, random tokens, the plan's sizes. It measures what the replay cannot: whether
+the candidate fits, i.e. its peak memory, next to the step time and tokens per second.
+
+The prediction it is compared with is placer's memory model for the same model, layout and job,
+as eager PyTorch runs it (``CostOptions(fused_kernels=False)``: separate projections, unfused
+SwiGLU and fp32 cross-entropy, placer/cost/memory.py). On CPU the measurement is live tensor
+bytes, so the prediction compared is the model's total less what only a GPU has (the CUDA
+context and NCCL buffers, ``framework_bytes``, and the caching allocator's fragmentation); on
+GPUs ``max_memory_allocated`` is compared with the same, and ``max_memory_reserved`` with the
+total less ``framework_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from placer.cost import estimate
+from placer.cost.memory import memory_estimate
+from placer.cost.options import CostOptions
+from placer.errors import PlacerError
+from placer.launch import placement_of, write_launch_files
+from placer.mesh import order_text, parse_order
+from placer.spec.layout import Layout
+from placer.spec.model import Model
+from placer.spec.profile import LinkProfile
+from placer.spec.results import MemoryBreakdown, Plan
+from placer.verify.fit import median
+from placer.verify.runner import Launcher
+
+WORKER = Path(__file__).resolve().parent / "workers" / "model.py"
+MODEL_FORMAT = "placer-real-model/1"
+EAGER = CostOptions(fused_kernels=False)
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
+def unsupported(model: Model, layout: Layout) -> str | None:
+    """What of this candidate the real-model worker does not build, or None."""
+    reasons = []
+    if layout.sequence_parallel:
+        reasons.append("sequence parallelism")
+    if layout.zero_stage in (1, 2) and layout.dp * layout.cp > 1:
+        reasons.append(f"ZeRO-{layout.zero_stage} (it runs ZeRO-0 or FSDP2 ZeRO-3)")
+    if layout.recompute != "none":
+        reasons.append(f"recompute={layout.recompute}")
+    if layout.etp > 1:
+        reasons.append("expert tensor parallelism")
+    if layout.pp > 1 and layout.pipeline_schedule not in SCHEDULES:
+        reasons.append(f"schedule {layout.pipeline_schedule}")
+    if layout.zero_stage >= 3 and layout.pp > 1:
+        reasons.append("FSDP2 under pipelining")
+    if model.moe is not None and (model.moe.num_shared_experts or layout.tp > 1):
+        reasons.append("shared experts or TP with experts")
+    if model.moe is not None and layout.zero_stage >= 3:
+        reasons.append("FSDP2 with experts")
+    if model.hidden_dropout or model.attention_dropout or model.sliding_window:
+        reasons.append("dropout or sliding-window attention")
+    if layout.cp > 1 and layout.tp > 1:
+        reasons.append("CP with TP")
+    if not reasons:
+        return None
+    return "the real-model mode does not build " + ", ".join(reasons)
+
+
+def worker_config(plan: Plan, index: int, job_dir: Path, steps: int, warmup_steps: int,
+                  timeout_s: float) -> dict[str, Any]:
+    """What workers/model.py reads besides the rank map."""
+    model, job = plan.model, plan.job
+    layout = plan.candidates[index].layout
+    return {
+        "format": MODEL_FORMAT, "job_dir": str(job_dir), "backend": "auto",
+        "timeout_s": max(60.0, timeout_s), "steps": steps, "warmup_steps": warmup_steps,
+        "model": {
+            "num_layers": model.num_layers, "hidden_size": model.hidden_size,
+            "heads": model.num_attention_heads, "kv_heads": model.kv_heads,
+            "head_dim": model.attention_head_dim, "ffn_hidden_size": model.ffn_hidden_size,
+            "gated_mlp": model.gated_mlp, "vocab_size": model.vocab_size,
+            "tied_embeddings": model.tied_embeddings,
+            "moe": model.moe.model_dump(mode="json") if model.moe else None,
+            "moe_layers": [i for i in range(model.num_layers) if model.is_moe_layer(i)],
+        },
+        "layout": layout.model_dump(mode="json"),
+        "chunks": list(layout.pipeline_split(model.num_layers).chunks),
+        "schedule": layout.pipeline_schedule,
+        "seq_len": job.seq_len,
+        "microbatches": layout.num_microbatches(job.global_batch_size),
+        "tokens_per_step": job.global_batch_size * job.seq_len,
+        "optimizer": job.optimizer.model_dump(mode="json"),
+        # On CPU the live-bytes tracker stops at the planned GPU's memory, as the GPU would.
+        "device_memory_bytes": placement_of(plan, index).nodes[0].node_type.gpu.memory_bytes,
+    }
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """Placer's memory model for the run as eager PyTorch does it, and what to compare."""
+
+    breakdown: MemoryBreakdown
+    device: str
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The live-tensor part: everything but the CUDA context / NCCL and fragmentation."""
+        b = self.breakdown
+        return b.total_bytes - b.framework_bytes - b.fragmentation_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        b = self.breakdown
+        return b.total_bytes - b.framework_bytes
+
+
+def predict_memory(plan: Plan, index: int, device: str) -> MemoryPrediction:
+    layout = plan.candidates[index].layout
+    return MemoryPrediction(memory_estimate(plan.model, plan.cluster, plan.job, layout, EAGER),
+                            device)
+
+
+@dataclass
+class RealResult:
+    """One candidate's real-model run: what it measured against what placer predicted."""
+
+    index: int
+    layout_text: str
+    mesh_order: str
+    status: str  # ok, oom, timeout, failed, skipped
+    predicted_step_s: float | None
+    predicted_memory_bytes: int | None
+    predicted_parts: dict[str, int] = field(default_factory=dict)
+    measured_step_s: float | None = None
+    measured_steps_s: list[float] = field(default_factory=list)
+    tokens_per_s: float | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    static_bytes: int | None = None  # the worst rank's weights and optimizer state
+    worst_rank: int | None = None
+    device: str = ""
+    error: str | None = None
+    wall_s: float = 0.0
+
+    @property
+    def memory_error(self) -> float | None:
+        if self.peak_allocated_bytes is None or not self.predicted_memory_bytes:
+            return None
+        return (self.predicted_memory_bytes - self.peak_allocated_bytes) \
+            / self.peak_allocated_bytes
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "index": self.index, "layout_text": self.layout_text, "mesh_order": self.mesh_order,
+            "status": self.status, "device": self.device,
+            "predicted_step_s": self.predicted_step_s, "measured_step_s": self.measured_step_s,
+            "measured_steps_s": self.measured_steps_s, "tokens_per_s": self.tokens_per_s,
+            "predicted_memory_bytes": self.predicted_memory_bytes,
+            "predicted_memory_parts_bytes": self.predicted_parts,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "static_bytes": self.static_bytes, "worst_rank": self.worst_rank,
+            "memory_relative_error": self.memory_error, "wall_s": self.wall_s}
+        if self.error:
+            doc["error"] = self.error
+        return doc
+
+
+def _base(plan: Plan, index: int, profile: LinkProfile | None, device: str) -> RealResult:
+    cand = plan.candidates[index]
+    placement = placement_of(plan, index)
+    order = parse_order(cand.mesh_order)
+    from placer.verify.session import slots_of
+
+    est = estimate(plan.model, plan.cluster, plan.job, cand.layout, order, slots_of(placement),
+                   profile, EAGER)
+    memory = predict_memory(plan, index, device)
+    b = memory.breakdown
+    parts = {"weights": b.weights_bytes, "gradients": b.gradients_bytes,
+             "optimizer": b.optimizer_bytes, "activations": b.activations_bytes,
+             "logits": b.logits_bytes, "moe_buffers": b.moe_buffers_bytes}
+    return RealResult(index, cand.layout.compact(), order_text(order), "skipped",
+                      est.step_time_s, memory.allocated_bytes, parts, device=device)
+
+
+def collect_real(result: RealResult, out_dir: Path, world_size: int) -> RealResult:
+    """Fold the ranks' records: slowest step, worst rank's peak memory, OOM anywhere."""
+    records = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
+    if any(r.get("oom") for r in records):
+        oom = next(r for r in records if r.get("oom"))
+        result.status = "oom"
+        result.error = f"out of memory on rank {oom['rank']}: {oom.get('error', '')}"
+        result.peak_allocated_bytes = max(int(r.get("peak_allocated_bytes") or 0)
+                                          for r in records)
+        return result
+    if len(records) != world_size:
+        result.status = "failed"
+        result.error = f"{len(records)} of {world_size} ranks wrote results in {out_dir}"
+        return result
+    steps = records[0]["step_max_s"]
+    result.status = "ok"
+    result.measured_steps_s = steps
+    result.measured_step_s = median(steps)
+    result.tokens_per_s = records[0]["tokens_per_step"] / result.measured_step_s
+    worst = max(records, key=lambda r: int(r["peak_allocated_bytes"]))
+    result.peak_allocated_bytes = int(worst["peak_allocated_bytes"])
+    result.static_bytes = int(worst.get("static_bytes") or 0)
+    result.worst_rank = int(worst["rank"])
+    reserved = [r.get("peak_reserved_bytes") for r in records]
+    result.peak_reserved_bytes = max(int(x) for x in reserved) if all(
+        x is not None for x in reserved) else None
+    result.device = records[0].get("device", result.device)
+    return result
+
+
+def run_real(plan: Plan, launcher: Launcher, profile: LinkProfile | None, indices: list[int],
+             work_dir: Path, steps: int, warmup_steps: int, timeout_s: float,
+             device: str = "cpu") -> list[RealResult]:
+    """Run each candidate's model under ``launcher``; a hang, crash or OOM is that
+    candidate's result and the next one runs."""
+    results = []
+    for index in indices:
+        result = _base(plan, index, profile, device)
+        layout = plan.candidates[index].layout
+        why = unsupported(plan.model, layout)
+        placement = placement_of(plan, index)
+        if why is None:
+            from placer.verify.session import check_shape
+
+            why = check_shape(placement, launcher.num_nodes, launcher.gpus_per_node,
+                              launcher.description)
+        if why is not None:
+            result.error = why
+            results.append(result)
+            continue
+        cand_dir = work_dir / f"model{index}"
+        job_dir, out_dir = cand_dir / "launch", cand_dir / "out"
+        write_launch_files(plan, index, job_dir, force=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in out_dir.glob("rank*.json"):
+            stale.unlink()
+        config = cand_dir / "model.json"
+        config.write_text(json.dumps(worker_config(plan, index, job_dir.absolute(), steps,
+                                                   warmup_steps, timeout_s)))
+        run = launcher.run([str(WORKER), str(config), str(out_dir)], cand_dir / "logs",
+                           timeout_s)
+        result.wall_s = run.wall_s
+        result = collect_real(result, out_dir, placement.world_size)
+        if not run.ok and result.status != "oom":
+            result.status = "timeout" if run.status == "timeout" else "failed"
+            last = run.log_tail.splitlines()[-1] if run.log_tail else ""
+            errors = [ln for ln in run.log_tail.splitlines() if "Error" in ln]
+            result.error = f"{run.status}, exit codes {list(run.exit_codes)}: " \
+                f"{(errors or [last])[-1]}"
+        results.append(result)
+    if not results:
+        raise PlacerError("no candidate to run")
+    return results
+
+
+# ------------------------------------------------------------------ what verify prints
+
+MIB = 2**20
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / MIB:.1f}"
+
+
+def real_line(r: RealResult) -> str:
+    """One line per finished candidate."""
+    head = f"candidate {r.index}: {r.layout_text} order {r.mesh_order}"
+    if r.status != "ok" or r.measured_step_s is None:
+        return f"{head}: {r.status.upper()}: {r.error}"
+    line = f"{head}: step {r.measured_step_s:.3f} s"
+    if r.predicted_step_s is not None:
+        line += f" (predicted {r.predicted_step_s:.3f} s)"
+    line += f", {r.tokens_per_s or 0:.0f} tokens/s, peak {_mib(r.peak_allocated_bytes)} MiB " \
+        f"{'live' if r.device == 'cpu' else 'allocated'}"
+    if r.memory_error is not None:
+        line += f" (predicted {_mib(r.predicted_memory_bytes)} MiB, {r.memory_error:+.1%})"
+    return line
+
+
+def real_document(plan_source: str, launcher: str, steps: int, results: list[RealResult]
+                  ) -> dict[str, Any]:
+    errors = [abs(e) for r in results if (e := r.memory_error) is not None and r.status == "ok"]
+    return {"format": "placer-verify-real-model/1", "plan": plan_source, "launcher": launcher,
+            "steps": steps, "compared_memory": (
+                "CPU: live tensor bytes vs placer's total less framework and fragmentation; "
+                "GPU: max_memory_allocated vs the same"),
+            "candidates": [r.document() for r in results],
+            "max_abs_memory_relative_error": max(errors) if errors else None}
+
+
+def render_real(doc: dict[str, Any]) -> list[str]:
+    lines = [f"{'#':>2}  {'status':8s} {'step s':>8s} {'pred s':>8s} {'tokens/s':>9s} "
+             f"{'peak MiB':>9s} {'pred MiB':>9s} {'error':>7s}  layout"]
+    for c in doc["candidates"]:
+        err = c["memory_relative_error"]
+        step = c["measured_step_s"]
+        pred = c["predicted_step_s"]
+        tps = c["tokens_per_s"]
+        lines.append(
+            f"{c['index']:>2}  {c['status']:8s} {'-' if step is None else f'{step:.3f}':>8s} "
+            f"{'-' if pred is None else f'{pred:.3f}':>8s} "
+            f"{'-' if tps is None else f'{tps:.0f}':>9s} "
+            f"{_mib(c['peak_allocated_bytes']):>9s} {_mib(c['predicted_memory_bytes']):>9s} "
+            f"{'-' if err is None else f'{err:+.1%}':>7s}  {c['layout_text']}")
+    worst = doc["max_abs_memory_relative_error"]
+    if worst is not None:
+        lines.append(f"peak memory: predicted within {worst:.1%} of measured for every "
+                     "candidate that ran")
+    return lines

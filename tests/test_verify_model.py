@@ -1,0 +1,89 @@
+"""``placer verify --real-model``: each candidate's model trained under torchrun (2 CPU ranks).
+
+The measured peak is live tensor bytes (workers/livebytes.py), itself checked here against
+tensors of known size and against the parameter count of the model written out by hand; placer's
+memory model must then be within 15 % of it for TP, interleaved PP, FSDP, CP and EP.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers_cli import cli
+
+from placer.report.plan import plan_json
+from placer.spec import Cluster, Job, Model
+from placer.verify.cpu_cluster import emulated_cluster, emulated_cluster_document
+from placer.verify.plans import plan_for_layouts
+from placer.verify.realmodel import run_real
+from placer.verify.runner import LocalLauncher
+from placer.verify.workers.livebytes import LiveBytes
+
+H, HEADS, KV, FFN, VOCAB, LAYERS = 128, 4, 2, 384, 2048, 4
+DENSE = Model(name="tiny", num_layers=LAYERS, hidden_size=H, num_attention_heads=HEADS,
+              num_kv_heads=KV, ffn_hidden_size=FFN, gated_mlp=True, vocab_size=VOCAB)
+MOE = Model.model_validate({**DENSE.model_dump(), "name": "tiny-moe", "moe": {
+    "num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128}})
+JOB = Job(seq_len=128, global_batch_size=4)
+BYTES_PER_PARAM = 2 + 4 + 4 + 8  # bf16 weight, fp32 main grad, fp32 master, Adam m and v
+
+
+def test_live_bytes_counts_storages_once_and_follows_frees_and_resizes() -> None:
+    with LiveBytes() as live:
+        a = torch.empty(1000, dtype=torch.float32)
+        view = a.view(10, 100)
+        b = torch.ones(500, dtype=torch.bfloat16)
+        assert live.live_bytes == 4000 + 1000
+        del a, view
+        assert live.live_bytes == 1000
+        c = torch.empty(256)
+        c.untyped_storage().resize_(0)
+        assert live.live_bytes == 1000 and live.peak_bytes == 5000
+        del b, c
+    with pytest.raises(torch.OutOfMemoryError), LiveBytes(limit_bytes=4096):
+        torch.empty(2048, dtype=torch.float32)
+
+
+def _layer_params() -> int:
+    d = H // HEADS
+    return H * HEADS * d + 2 * H * KV * d + HEADS * d * H + 3 * H * FFN + 2 * H
+
+
+def test_real_model_memory_within_15_percent_for_tp_pp_fsdp_cp_ep(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = emulated_cluster(1, 2, None)
+    dense = plan_for_layouts(DENSE, cluster, JOB, [
+        ("tp=2,mbs=2", "tp", "TP"), ("pp=2,vpp=2,mbs=1", "pp", "interleaved PP"),
+        ("dp=2,mbs=1,zero=3", "dp", "FSDP"), ("cp=2,mbs=2", "cp", "CP")])
+    (tmp_path / "dense.json").write_text(plan_json(dense))
+    code, out, err = cli(["verify", str(tmp_path / "dense.json"), "--real-model", "--nproc",
+                          "2", "--steps", "1", "--warmup-steps", "0", "--top", "4",
+                          "--out", str(tmp_path / "dense-out.json")], capsys)
+    assert code == 0, err + out
+    doc = json.loads((tmp_path / "dense-out.json").read_text())
+    moe = plan_for_layouts(MOE, cluster, JOB, [("dp=2,ep=2,mbs=1", "dp", "EP")])
+    ep = run_real(moe, LocalLauncher(2), None, [0], tmp_path / "ep", 1, 0, 300)
+    rows = doc["candidates"] + [r.document() for r in ep]
+    assert [r["status"] for r in rows] == ["ok"] * 5, rows
+    for row in rows:
+        assert abs(row["memory_relative_error"]) <= 0.15, row
+        assert row["measured_step_s"] > 0 and row["tokens_per_s"] > 0
+    by_kind = {("cp" if "cp=2" in r["layout_text"] else r["layout_text"].split(",")[0]): r
+               for r in doc["candidates"]}
+    # CP shards no parameter: the static part is every parameter at 18 bytes, counted by hand.
+    everything = LAYERS * _layer_params() + 2 * VOCAB * H + H
+    assert by_kind["cp"]["static_bytes"] == BYTES_PER_PARAM * everything
+    assert "peak memory: predicted within" in out
+
+
+def test_running_out_of_the_planned_gpu_memory_is_a_result(tmp_path: Path) -> None:
+    document = emulated_cluster_document(1, 2, None)
+    document["node_types"][0]["gpu"]["memory_bytes"] = 8 * 2**20  # type: ignore[index]
+    small = Cluster.model_validate(document)
+    plan = plan_for_layouts(DENSE, small, JOB, [("tp=2,mbs=2", "tp", "TP")])
+    [result] = run_real(plan, LocalLauncher(2), None, [0], tmp_path, 1, 0, 300)
+    assert result.status == "oom", result.error
+    assert "more than the emulated device's 8388608" in (result.error or "")
