@@ -60,11 +60,14 @@ def estimate_command(model_ref: str, cluster_ref: str, nodes: int | None,
     result = estimate(model, cluster, job, layout, order=order,
                       profile=load_profile_option(profile))
     if as_json:
-        document = {"model": model.name, "cluster": cluster.name, "num_gpus": layout.num_gpus,
-                    "seq_len": job.seq_len, "global_batch_size": job.global_batch_size,
-                    "precision": job.precision, "defaults_used": defaults_used,
-                    **result.model_dump(mode="json")}
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        from placer.spec.documents import EstimateDocument, document
+
+        doc = document(EstimateDocument, {
+            "model": model.name, "cluster": cluster.name, "num_gpus": layout.num_gpus,
+            "seq_len": job.seq_len, "global_batch_size": job.global_batch_size,
+            "precision": job.precision, "defaults_used": defaults_used,
+            **result.model_dump(mode="json")})
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     _print(result, model.name, cluster.name, job.seq_len, job.global_batch_size,
            defaults_used)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import click
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from placer.spec import Cluster, Job, Layout, Model, Plan
 from placer.spec.presets import (
     cluster_names,
     cluster_preset,
@@ -18,7 +18,34 @@ from placer.spec.presets import (
     model_preset,
 )
 
-SCHEMAS = {"model": Model, "cluster": Cluster, "job": Job, "layout": Layout, "plan": Plan}
+SCHEMA_NAMES = ("model", "cluster", "node", "job", "layout", "profile", "plan", "estimate",
+                "rankmap", "replay", "bench-config", "bench", "verify", "check")
+"""Every document placer reads or writes, by the name ``placer schema NAME`` takes: model,
+cluster, node (``topology import``), job, layout, profile (``calibrate --out``), plan
+(``recommend-layout --json/--emit``), estimate (``estimate --json``), rankmap (``launch``:
+rankmap.json), replay (verify's replay.json), bench-config and bench (the calibration worker's
+config and measurements), verify (``verify --json/--out``), check (``check --format json``)."""
+
+
+def schemas() -> dict[str, type[BaseModel]]:
+    """The model of every name in SCHEMA_NAMES (imported only when asked for)."""
+    from placer.check.findings import CheckReport
+    from placer.spec import Cluster, Job, Layout, Model, Plan
+    from placer.spec.cluster import NodeType
+    from placer.spec.documents import (
+        BenchConfig,
+        BenchResults,
+        EstimateDocument,
+        RankMapDocument,
+        ReplayConfig,
+        VerifyResults,
+    )
+    from placer.spec.profile import LinkProfile
+
+    models: list[type[BaseModel]] = [Model, Cluster, NodeType, Job, Layout, LinkProfile, Plan,
+                                     EstimateDocument, RankMapDocument, ReplayConfig, BenchConfig,
+                                     BenchResults, VerifyResults, CheckReport]
+    return dict(zip(SCHEMA_NAMES, models, strict=True))
 
 
 @click.command("presets")
@@ -57,10 +84,10 @@ def presets_command(as_json: bool) -> None:
 
 
 @click.command("schema")
-@click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
+@click.argument("kind", type=click.Choice(SCHEMA_NAMES))
 def schema_command(kind: str) -> None:
-    """Print the JSON Schema of a model, cluster, job, layout or plan file."""
-    click.echo(json.dumps(SCHEMAS[kind].model_json_schema(), indent=2, sort_keys=True))
+    """Print the JSON Schema of a file placer reads or writes (see SCHEMA_NAMES)."""
+    click.echo(json.dumps(schemas()[kind].model_json_schema(), indent=2, sort_keys=True))
 
 
 COMMANDS = [presets_command, schema_command]

@@ -19,8 +19,9 @@ from placer.dims import DENSE_DIMS, GROUPS, Dim
 from placer.errors import InputError, PlacerError
 from placer.mesh import MeshGrid, order_text, parse_order
 from placer.spec import Candidate, Layout, NodeType, Plan, validate_layout
+from placer.spec.documents import RANKMAP_FORMAT, RankMapDocument, document
 
-FORMAT = "placer-rankmap/1"
+FORMAT = RANKMAP_FORMAT
 # Coordinates written per rank: the mesh dims, then the expert grid.
 COORD_DIMS = (Dim.PP, Dim.DP, Dim.CP, Dim.TP, Dim.EP, Dim.ETP, Dim.EDP)
 
@@ -270,7 +271,7 @@ def rankmap_document(placement: Placement) -> dict[str, Any]:
         }
         for node in placement.nodes
     ]
-    return {
+    return document(RankMapDocument, {
         "format": FORMAT,
         "job": placement.plan.job.name,
         "layout": placement.layout.compact(),
@@ -283,4 +284,4 @@ def rankmap_document(placement: Placement) -> dict[str, Any]:
         "nodes": nodes,
         "ranks": ranks,
         "groups": groups,
-    }
+    })

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from placer.errors import PlacerError
+from placer.errors import PlacerError, from_validation_error
+from placer.spec.documents import BENCH_FORMAT, BenchConfig, BenchResults, document
 from placer.spec.gpu import GPU
 from placer.spec.profile import (
     COLLECTIVE_NAMES,
@@ -51,7 +53,6 @@ from placer.verify.fit import (
 from placer.verify.runner import Launcher
 
 LINK_CLASSES = ("intra_node", "inter_node")
-BENCH_FORMAT = "placer-bench/1"
 WORKERS_DIR = Path(__file__).resolve().parent / "workers"
 KIB, MIB = 1024, 1024 * 1024
 # Message sizes: 4 KiB to 256 MiB in factors of 4 on real hardware (the sweep); on CPUs
@@ -120,10 +121,11 @@ def bench_config(sweep: Sweep, num_nodes: int, gpus_per_node: int,
                     continue  # a point-to-point transfer has two ends
                 tests.append({"link_class": link_class, "group_size": size,
                               "collective": collective, "sizes_bytes": list(sweep.sizes_bytes)})
-    return {"backend": backend, "timeout_s": timeout_s, "batches": sweep.batches,
-            "min_batch_s": sweep.min_batch_s, "max_calls": sweep.max_calls,
-            "gemm_min_batch_s": sweep.gemm_min_batch_s,
-            "gemm_sizes": list(sweep.gemm_sizes), "tests": tests}
+    return document(BenchConfig, {
+        "backend": backend, "timeout_s": timeout_s, "batches": sweep.batches,
+        "min_batch_s": sweep.min_batch_s, "max_calls": sweep.max_calls,
+        "gemm_min_batch_s": sweep.gemm_min_batch_s,
+        "gemm_sizes": list(sweep.gemm_sizes), "tests": tests})
 
 
 def worker_argv(config_path: Path, out_dir: Path) -> list[str]:
@@ -157,6 +159,10 @@ def load_bench(path: Path) -> dict[str, Any]:
         raise PlacerError(f"{path}: cannot read calibration measurements ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != BENCH_FORMAT:
         raise PlacerError(f"{path}: not a {BENCH_FORMAT} file written by workers/bench.py")
+    try:
+        BenchResults.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, str(path)) from None
     return data
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from placer.spec.documents import VERIFY_FORMAT, VerifyResults, document
 from placer.verify.calibrate import profile_document
 from placer.verify.feedback import Feedback
 from placer.verify.session import CandidateResult, VerifyOptions
 
-RESULTS_FORMAT = "placer-verify/1"
+RESULTS_FORMAT = VERIFY_FORMAT
 
 
 def _s(value: float | None) -> str:
@@ -81,7 +82,7 @@ def results_document(plan_source: str, launcher: str, options: VerifyOptions,
         doc.update(summary)
     if fb is not None:
         doc["calibration"] = feedback_document(fb)
-    return doc
+    return document(VerifyResults, doc)
 
 
 def render(doc: dict[str, Any]) -> list[str]:

@@ -32,13 +32,13 @@ from placer.cost.profile import Calibration
 from placer.cost.step import LAYER_CALLS
 from placer.dims import Group, Part
 from placer.errors import PlacerError
+from placer.spec.documents import REPLAY_FORMAT, ReplayProgramDocument, document
 from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.results import CollectiveCost, Estimate
 from placer.verify.workers.sizes import real_bytes
 
-REPLAY_FORMAT = "placer-replay/1"
 # Square GEMM sizes the stand-in may use; the largest whose call fits 4 times in the smallest
 # compute piece is chosen, so rounding a piece to whole calls costs at most ~12 % (the
 # prediction counts the whole calls the replay makes, so this is fidelity, not accuracy).
@@ -96,9 +96,10 @@ class ReplayProgram:
 
     def document(self) -> dict[str, Any]:
         """What the replay worker reads (besides the rank map)."""
-        return {"format": REPLAY_FORMAT, "gemm_n": self.gemm_n,
-                "kinds": [k.document() for k in self.kinds],
-                "stages": [[list(op) for op in ops] for ops in self.stages]}
+        return document(ReplayProgramDocument, {
+            "format": REPLAY_FORMAT, "gemm_n": self.gemm_n,
+            "kinds": [k.document() for k in self.kinds],
+            "stages": [[list(op) for op in ops] for ops in self.stages]})
 
 
 def _split(total: int, slots: int) -> list[int]:

@@ -24,6 +24,7 @@ from placer.errors import PlacerError
 from placer.launch import placement_of, write_launch_files
 from placer.launch.rankmap import Placement
 from placer.mesh import order_text, parse_order
+from placer.spec.documents import ReplayConfig, document
 from placer.spec.profile import LinkProfile
 from placer.spec.results import Estimate, Plan
 from placer.topology import topology_of
@@ -194,9 +195,10 @@ def prepare(plan: Plan, indices: Sequence[int], profile: LinkProfile | None, sca
 
 def replay_config(prep: Prepared, job_dir: Path, options: VerifyOptions, backend: str
                   ) -> dict[str, Any]:
-    return {**prep.program.document(), "job_dir": str(job_dir), "backend": backend,
-            "timeout_s": max(60.0, options.candidate_timeout_s),
-            "warmup_steps": options.warmup_steps, "steps": options.steps}
+    return document(ReplayConfig, {
+        **prep.program.document(), "job_dir": str(job_dir), "backend": backend,
+        "timeout_s": max(60.0, options.candidate_timeout_s),
+        "warmup_steps": options.warmup_steps, "steps": options.steps})
 
 
 def _base_result(prep: Prepared, plan: Plan) -> CandidateResult:
