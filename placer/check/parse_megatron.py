@@ -27,7 +27,7 @@ from placer.check.megatron_flags import (
     SHARDING_ZERO,
     all_flags,
 )
-from placer.check.parsed import ParsedConfig, Settings
+from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.check.shell import UNKNOWN_MARK, Array, Scalar, Script, ShellSyntaxError, Word, evaluate
 from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
 from placer.errors import PlacerError
@@ -156,11 +156,10 @@ def _flag_values(all_words: list[Word]) -> tuple[dict[str, _Value], dict[str, in
                 continue
             bools[name] = word.line
             continue
+        nxt = words[i + 1] if i + 1 < len(words) else None
         if eq:
             raw, value, why = inline, inline, None
-        elif i + 1 < len(words) and (words[i + 1].text is None
-                                     or not words[i + 1].text.startswith("--")):  # type: ignore[union-attr]
-            nxt = words[i + 1]
+        elif nxt is not None and not (nxt.text or "").startswith("--"):
             raw, value = nxt.raw, nxt.text
             why = None if value is not None else (f"takes its value from {nxt.raw}, known only "
                                                   "when the job runs")
@@ -232,7 +231,7 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
         # the pre-2022 name of full recomputation (Megatron-DeepSpeed megatron/arguments.py)
         s.recompute = "full"
     if choices.get("recompute") in ("full", "selective"):
-        s.recompute = choices["recompute"]  # type: ignore[assignment]
+        s.recompute = RECOMPUTE_MODES[choices["recompute"]]
     if s.recompute == "full" and choices.get("recompute_method") == "block":
         s.recompute_layers = ints.get("recompute_layers")
     zero = 3 if "fsdp" in flags else 1 if "distributed_optimizer" in flags else 0

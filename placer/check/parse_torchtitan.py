@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from placer.check.parsed import ParsedConfig, Settings
+from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.dialects import torchtitan
 from placer.errors import PlacerError
 from placer.mesh import parse_order
@@ -19,7 +19,6 @@ from placer.spec.presets import model_names
 
 TORCHTITAN_ORDER = torchtitan.ORDER.text
 _DEGREES = torchtitan.DEGREES
-_RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 
 def _load_toml(path: Path, text: str) -> dict[str, Any]:
@@ -94,7 +93,9 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
                               "must be at least 1")
         setattr(s, name, value)
         if key in section_of:
-            parsed.lines[name] = where.get(f"{section_of[key]}.{key}", 0) or None  # type: ignore[assignment]
+            line = where.get(f"{section_of[key]}.{key}")
+            if line is not None:
+                parsed.lines[name] = line
     if s.ep > 1 or "expert_tensor_parallel_degree" in par:
         s.etp = _int(par, "expert_tensor_parallel_degree", path, 1)
     replicate = _int(par, "data_parallel_replicate_degree", path, 1)
@@ -115,7 +116,7 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     s.sequence_parallel = s.tp > 1 and bool(par.get("enable_sequence_parallel", True))
     checkpoint = data.get("activation_checkpoint") or {}
     mode = str(checkpoint.get("mode", "selective")).lower()
-    s.recompute = _RECOMPUTE.get(mode, "selective")  # type: ignore[assignment]
+    s.recompute = RECOMPUTE_MODES.get(mode, "selective")
     local = training.get("local_batch_size", training.get("batch_size"))
     if _positive(local):
         s.local_batch_size = local

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.parse_torchtitan import TORCHTITAN_ORDER, fsdp_zero_stage, preset_for
-from placer.check.parsed import ParsedConfig, Settings
+from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.dialects import torchtitan
 from placer.errors import PlacerError
 from placer.mesh import parse_order
@@ -192,7 +192,7 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
     s.zero_stage = fsdp_zero_stage(shard, s.cp)
     s.sequence_parallel = s.tp > 1 and values.get("parallelism.enable_sequence_parallel",
                                                   ("", True, 0))[1] is not False
-    s.recompute = reader.recompute or "selective"  # type: ignore[assignment]
+    s.recompute = RECOMPUTE_MODES.get(reader.recompute or "", "selective")
     local = values.get("training.local_batch_size", ("", None, 0))[1]
     if isinstance(local, int) and local > 0:
         s.local_batch_size = local

@@ -18,6 +18,9 @@ from placer.spec.results import RankEntry
 ConfigKind = Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox",
                      "nemo", "plan", "layout", "other"]
 Recompute = Literal["none", "selective", "full"]
+# a framework's recompute setting, spelled as text, as the typed value
+RECOMPUTE_MODES: dict[str, Recompute] = {"none": "none", "selective": "selective",
+                                         "full": "full"}
 
 # Setting keys are Layout field names; these are the ones a config may leave out (dp is then
 # whatever the world size leaves, as Megatron and torchtitan derive it).

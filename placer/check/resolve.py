@@ -273,7 +273,8 @@ def _layout(ctx: _Context) -> tuple[Layout, list[Finding]]:
     elif ctx.model is not None and ctx.parsed.kind in ("megatron", "megatron-deepspeed", "nemo"):
         explicit = (s.first_stage_layers, s.last_stage_layers, s.pp_layout)
         if all(v is None for v in explicit) and not (s.embedding_in_split or s.loss_in_split):
-            vpp = int(values.get("vpp", 1))  # type: ignore[call-overload]
+            given = values.get("vpp")
+            vpp = given if isinstance(given, int) else 1
             if ctx.model.num_layers % (pp * vpp):
                 early.append(finding(
                     "degrees-model", f"pp = {pp}: Megatron needs pp*vpp={pp * vpp} to divide "

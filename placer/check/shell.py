@@ -402,6 +402,10 @@ class _Parser:
     def peek(self) -> _Tok | None:
         return self.t[self.i] if self.i < len(self.t) else None
 
+    def kind(self) -> str | None:
+        tok = self.peek()
+        return tok.kind if tok is not None else None
+
     def is_word(self, *texts: str) -> bool:
         tok = self.peek()
         return tok is not None and tok.kind == "word" and tok.text in texts
@@ -423,8 +427,7 @@ class _Parser:
             raise ShellSyntaxError(f"line {tok.line}: expected {text!r}, found {tok.text!r}")
 
     def skip_newlines(self) -> None:
-        while self.peek() is not None and (self.peek().kind == "nl"  # type: ignore[union-attr]
-                                           or self.is_op(";")):
+        while self.kind() == "nl" or self.is_op(";"):
             self.i += 1
 
     def at_end(self, stops: set[str]) -> bool:
@@ -449,7 +452,7 @@ class _Parser:
         rest: list[tuple[str, _Pipeline]] = []
         while self.is_op("&&", "||"):
             op = self.take().text
-            while self.peek() is not None and self.peek().kind == "nl":  # type: ignore[union-attr]
+            while self.kind() == "nl":
                 self.i += 1
             rest.append((op, self.pipeline()))
         return _AndOr(first, rest)
@@ -462,7 +465,7 @@ class _Parser:
         commands = [self.command()]
         while self.is_op("|", "|&"):
             self.i += 1
-            while self.peek() is not None and self.peek().kind == "nl":  # type: ignore[union-attr]
+            while self.kind() == "nl":
                 self.i += 1
             commands.append(self.command())
         return _Pipeline(negate, commands)
@@ -508,7 +511,7 @@ class _Parser:
         return _Func(line, name, [_AndOr(_Pipeline(False, [body]), [])])
 
     def _redirects(self, node: object) -> object:
-        while self.peek() is not None and self.peek().kind == "redir":  # type: ignore[union-attr]
+        while self.kind() == "redir":
             self.i += 2
         return node
 
@@ -522,7 +525,7 @@ class _Parser:
                 break
             if tok.kind == "redir":
                 self.i += 1
-                if self.peek() is not None and self.peek().kind == "word":  # type: ignore[union-attr]
+                if self.kind() == "word":
                     self.i += 1
                 continue
             if not node.words and tok.kind == "word" and tok.text in _RESERVED_END | {"in"}:
@@ -600,7 +603,7 @@ class _Parser:
                 if self.is_word("in"):
                     self.i += 1
                     items = []
-                    while self.peek() is not None and self.peek().kind == "word":  # type: ignore[union-attr]
+                    while self.kind() == "word":
                         items.append(self.take())
             self.skip_newlines()
         else:
