@@ -12,10 +12,12 @@ from __future__ import annotations
 from placer.spec.job import Job
 from placer.spec.layout import Layout
 
-MODEL_ERROR = 0.10
-"""Mean throughput error out of sample: ``bench/accuracy.py`` leave-one-source-out (fit on all
-sources but one, predict that one). Held at the issue-15 acceptance bound (mean <= 10 %) until that
-table is final; bench/recipes.py prints the error on the published recipes beside it."""
+MODEL_ERROR = 0.21
+"""Mean throughput error out of sample: ``bench/accuracy.py`` leave-one-source-out (every
+constant fitted on all sources but one, that one predicted), all 130 measured rows: 21.0 %
+(per source 4.1-34.1 %; in-sample 10.0 %), on the tree of 2026-12-01. Update it with that
+table's "all" row when the cost model changes; bench/recipes.py prints the error on the
+published recipes beside it."""
 
 MIN_VALIDATED_CP_TOKENS = 4096
 """The fewest tokens per context-parallel rank of any measured run: NeMo 24.07's Llama 3 8B and
