@@ -46,7 +46,9 @@ class Runtime(Spec):
         default=None, description="communication hidden behind compute; None: the stack's")
     moe_dispatcher: Dispatcher | None = None
     moe_grouped_gemm: bool | None = Field(
-        default=None, description="local experts as one grouped GEMM (Megatron --moe-grouped-gemm)")
+        default=None, description="local experts as one grouped GEMM (Megatron --moe-grouped-gemm);"
+        " the cost model prices each expert's GEMM problem either way and does not model the "
+        "launch overhead of sequential experts")
     moe_capacity_factor: float | None = Field(
         default=None, ge=0.1, le=64.0,
         description="tokens an expert takes, as a multiple of the mean; None: dropless")
@@ -56,7 +58,9 @@ class Runtime(Spec):
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         default=None, description="main-gradient and reduction dtype (Megatron "
         "--grad-reduce-in-bf16); None: the stack's")
-    fp8_recipe: Fp8Recipe | None = None
+    fp8_recipe: Fp8Recipe | None = Field(
+        default=None, description="FP8 scaling recipe, checked against the stack; every recipe "
+        "keeps 1-byte GEMM inputs, and its scale tensors (under 4 %) are not priced")
     fp8_param_gather: bool = Field(
         default=False, description="keep and all-gather FP8 weights (Megatron --fp8-param-gather, "
         "torchtitan enable_fsdp_float8_all_gather)")
