@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from placer.check.shell import evaluate
+from placer.check.shell import ShellSyntaxError, evaluate
 from placer.check.shell_arith import arithmetic
 
 BASH = shutil.which("bash")
@@ -80,3 +80,12 @@ def test_arithmetic_is_bash_integer_arithmetic() -> None:
     assert arithmetic("UNSET + 1", values) is None
     assert arithmetic("1 / 0", values) is None
     assert arithmetic("__import__('os')", values) is None
+
+
+def test_runaway_scripts_stop_with_a_reason() -> None:
+    nested = "".join(f"for a{k} in 1 2 3 4 5 6 7 8 9 10; do\n" for k in range(6))
+    nested += "x=1\n" + "done\n" * 6
+    with pytest.raises(ShellSyntaxError, match="more than"):
+        evaluate(nested)
+    recursive = evaluate("f() { f; }\nf\nrun --tp 2\n")  # bounded depth, then goes on
+    assert [w.text for w in recursive.words][-3:] == ["run", "--tp", "2"]

@@ -29,6 +29,8 @@ _DECLARE = ("export", "local", "declare", "readonly", "typeset")
 _RESERVED_END = {"then", "elif", "else", "fi", "do", "done", "esac", "}", ")", ";;", ";&", ";;&"}
 _MAX_LOOP_ITEMS = 64
 _MAX_DEPTH = 16
+# commands evaluated per script, loops and branches included: past this it is not a launch script
+_MAX_STEPS = 100_000
 UNKNOWN_MARK = "\x00"  # a part of a string known only at run time (bash strings hold no NUL)
 
 
@@ -647,6 +649,7 @@ class Evaluator:
             variables[name] = Scalar(text_value, 0, 0)
         self.text = text
         self.state = _State(variables, {})
+        self.steps = 0
 
     def run(self) -> Script:
         nodes = _Parser(_Lexer(self.text).run()).parse_list()
@@ -804,6 +807,10 @@ class Evaluator:
     # -- simple commands --
 
     def _simple(self, node: _Simple, st: _State) -> Status:
+        self.steps += 1
+        if self.steps > _MAX_STEPS:
+            raise ShellSyntaxError(f"line {node.line}: more than {_MAX_STEPS} commands to "
+                                   "follow (loops and branches); not a launch script")
         if not node.words:
             for tok in node.assigns:
                 self._assign(tok, st)
