@@ -13,9 +13,10 @@ performance tables, torchtitan's benchmarks, the Llama 3 paper; each row cites i
 
 Then the issue-16 checks: every recipe expressible and predicted to fit; no #1 predicted more than
 10 % faster than its recipe without a note; no #1 with CP > 2 at <= 8K tokens unless it beats the
-recipe by more than the measured error; every #1 keeps the default headroom.
+recipe by more than the measured error; every #1 keeps the default headroom; the launch dialect
+of the recipe's stack writes #1's files (``placer.launch.launch_bundle`` refuses none).
 
-    .venv/bin/python bench/recipes.py [--top 10] [--max-gpus 1024] [--only ID]
+    .venv/bin/python bench/recipes.py [--top 10] [--max-gpus 1024] [--only ID] [--emit DIR]
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ from accuracy import _grand_teton  # noqa: E402  (bench helper: torchtitan's Gra
 from placer.cost import estimate  # noqa: E402
 from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
+from placer.io import write_text  # noqa: E402
+from placer.launch import launch_bundle  # noqa: E402
 from placer.mesh import DEFAULT_ORDER  # noqa: E402
 from placer.report.describe import same_shape  # noqa: E402
+from placer.report.plan import build_plan, plan_json  # noqa: E402
 from placer.solver import recommend  # noqa: E402
 from placer.solver.select import KNOB_TOLERANCE  # noqa: E402
 from placer.spec.cluster import Cluster  # noqa: E402
@@ -42,7 +46,7 @@ from placer.spec.job import Job  # noqa: E402
 from placer.spec.layout import layout_problem  # noqa: E402
 from placer.spec.presets import cluster_preset, model_preset  # noqa: E402
 from placer.spec.recipe import Recipe, published_recipes  # noqa: E402
-from placer.spec.results import Estimate  # noqa: E402
+from placer.spec.results import Candidate, Estimate  # noqa: E402
 from placer.spec.stack import stack_names  # noqa: E402
 
 GAIN_LIMIT = 0.10  # issue 16: #1 never predicted more than 10 % faster than a published recipe
@@ -82,6 +86,7 @@ class Outcome:
     gain: float | None
     wall_s: float
     notes: tuple[str, ...]
+    refusals: tuple[str, ...] = ()
 
     @property
     def checks(self) -> list[str]:
@@ -101,15 +106,40 @@ class Outcome:
             broken.append("#1 uses CP > 2 at <= 8K within the model's error")
         if best.memory.total_bytes > best.memory.capacity_bytes:
             broken.append("#1 eats into the headroom")
+        broken += [f"#1's launch file refused: {line}" for line in self.refusals]
         return broken
 
 
-def evaluate(recipe: Recipe, top: int) -> Outcome:
+STACK_TARGET = {"megatron-core": "megatron", "torchtitan": "torchtitan"}
+"""The launch dialect (placer.dialects) of each recipe stack that has one."""
+
+
+def launch_refusals(recipe: Recipe, best: Candidate, emit: Path | None) -> list[str]:
+    """Why the stack's own launch files for #1 cannot be written (empty: they can), and
+    ``EMIT/<recipe id>/plan.json`` for ``placer launch`` and the framework acceptance harness
+    (tests/helpers_frameworks.py runs the frameworks' validators on plan files)."""
+    plan = build_plan(model_preset(recipe.model), cluster_for(recipe), _job(recipe), [best])
+    if emit is not None:
+        (emit / recipe.id).mkdir(parents=True, exist_ok=True)
+        write_text(emit / recipe.id / "plan.json", plan_json(plan), "--emit")
+    try:
+        _, refused = launch_bundle(plan, 0)
+    except PlacerError as exc:
+        return [str(exc)]
+    target = STACK_TARGET.get(recipe.stack)
+    return [r.line() for r in refused if r.target.name == target]
+
+
+def _job(recipe: Recipe) -> Job:
+    stack = recipe.stack if recipe.stack in {n.split("@")[0] for n in stack_names()} else None
+    return Job(name="recipe", seq_len=recipe.seq_len, global_batch_size=recipe.global_batch_size,
+               precision=recipe.precision, stack=stack)
+
+
+def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     model = model_preset(recipe.model)
     cluster = cluster_for(recipe)
-    stack = recipe.stack if recipe.stack in {n.split("@")[0] for n in stack_names()} else None
-    job = Job(name="recipe", seq_len=recipe.seq_len, global_batch_size=recipe.global_batch_size,
-              precision=recipe.precision, stack=stack)
+    job = _job(recipe)
     layout = recipe.parsed_layout()
     started = time.perf_counter()
     problem = layout_problem(layout, model, job, recipe.num_gpus)
@@ -130,12 +160,13 @@ def evaluate(recipe: Recipe, top: int) -> Outcome:
     if any(same_shape(c.layout, layout) for c in found[:1]):
         rank = "1"
     best = found[0]
+    refusals = tuple(launch_refusals(recipe, best, emit))
     gain = est.step_time_s / best.step_time_s - 1.0
     notes = tuple(line for line in best.why if line.startswith("unvalidated"))
     if gain > GAIN_LIMIT:
         notes = (*notes, _mechanism(best, est))
     return Outcome(recipe, expressible, est.fits, error, figure, rank, best, gain,
-                   time.perf_counter() - started, notes)
+                   time.perf_counter() - started, notes, refusals)
 
 
 def _mechanism(best: Estimate, recipe: Estimate) -> str:
@@ -197,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip recipes on more GPUs (their searches are the slowest)")
     parser.add_argument("--only", action="append", default=[], metavar="ID",
                         help="evaluate only these recipe ids")
+    parser.add_argument("--emit", type=Path, metavar="DIR",
+                        help="write DIR/<recipe id>/plan.json with each #1 (for placer launch "
+                             "and the framework acceptance harness)")
     args = parser.parse_args(argv)
     outcomes = []
     for recipe in published_recipes():
@@ -205,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         if recipe.num_gpus > args.max_gpus:
             print(f"skipped {recipe.id}: {recipe.num_gpus} GPUs > --max-gpus", file=sys.stderr)
             continue
-        outcome = evaluate(recipe, args.top)
+        outcome = evaluate(recipe, args.top, args.emit)
         print(f"{recipe.id}: {outcome.wall_s:.1f} s", file=sys.stderr)
         outcomes.append(outcome)
     checked = [o for o in outcomes if unvalidated_mechanisms(o.recipe.parsed_layout(),
