@@ -110,3 +110,17 @@ def test_job_runtime_must_be_offered_by_its_stack(stack: str, runtime: dict[str,
     with pytest.raises(InputError, match=field.replace(".", r"\.")):
         Job(seq_len=4096, global_batch_size=64, precision="fp8", stack=stack, runtime=runtime)
     Job(seq_len=4096, global_batch_size=64, precision="fp8", runtime=runtime)  # no stack: any
+
+
+@pytest.mark.parametrize("text", [
+    "tp=2,pp=8,dp=4,cp=1,vpp=4,mbs=1,zero=1,recompute=selective,sp=on,emb=on,loss=on,"
+    "rmodules=core_attn+moe_act",
+    "tp=1,pp=16,dp=4,cp=1,vpp=2,mbs=1,zero=1,recompute=none,sp=off,pplayout=Et|(tt|)*30,L",
+    "tp=1,pp=4,dp=2,cp=1,vpp=2,mbs=1,zero=3,recompute=full,sp=off,schedule=zbv,stages=2/2/2/2/2/"
+    "2/2/2,rlayers=1,shard=2,reshard=on",
+    "tp=1,pp=1,dp=8,cp=1,vpp=1,mbs=2,zero=0,recompute=none,sp=off,offload=4",
+])
+def test_new_layout_knobs_round_trip(text: str) -> None:
+    layout = Layout.parse(text)
+    assert layout.compact() == text
+    assert Layout.parse(layout.compact()) == layout
