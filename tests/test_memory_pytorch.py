@@ -26,6 +26,9 @@ from placer.cost.memory import (  # noqa: E402
 from placer.spec import Layout, Model  # noqa: E402
 from placer.spec.model import MoE  # noqa: E402
 
+# MemTracker warns about autograd outputs that are None (weight gradients freed by the hooks).
+pytestmark = pytest.mark.filterwarnings("ignore:Expected a tensor or a traceable wrapper")
+
 SEQ = 2048
 # A Llama-style layer: hidden 2048, 16 heads, 4 KV heads (GQA), head dim 128, SwiGLU 5632.
 H, A, KV, D, F = 2048, 16, 4, 128, 5632
