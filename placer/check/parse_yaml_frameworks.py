@@ -44,9 +44,12 @@ def is_neox(data: Any) -> bool:
 
 
 def is_nemo(data: Any) -> bool:
-    return (isinstance(data, dict) and isinstance(data.get("model"), dict)
-            and any(k in data["model"] for k in ("tensor_model_parallel_size",
-                                                 "pipeline_model_parallel_size")))
+    """NeMo launcher configs (degrees under ``model``) and Megatron-Bridge overrides (a
+    ConfigContainer: ``model`` and ``train`` sections, examples/*/conf/*.yaml)."""
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        return False
+    return isinstance(data.get("train"), dict) or any(
+        k in data["model"] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size"))
 
 
 def _key_line(text: str, key: str) -> int | None:
@@ -163,6 +166,13 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     if not isinstance(trainer, dict):
         raise PlacerError(f"{path}: trainer must be a mapping")
     parsed = ParsedConfig(path=str(path), kind="nemo", order=parse_order(MEGATRON_ORDER))
+    # Megatron-Bridge keeps batch sizes under `train` and the sequence under `dataset` too
+    train = data.get("train") if isinstance(data.get("train"), dict) else {}
+    dataset = data.get("dataset") if isinstance(data.get("dataset"), dict) else {}
+    bridge = bool(train)
+    parsed.recognised = any(k in model for k in (
+        "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+        "expert_model_parallel_size"))
 
     def get(table: dict[str, Any], key: str) -> Any:
         return _resolve(table.get(key), data, table)
@@ -181,7 +191,8 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
         elif value is not None:
             setattr(s, name, value)
     s.vpp = _pos(get(model, "virtual_pipeline_model_parallel_size"))
-    s.micro_batch_size = _pos(get(model, "micro_batch_size"))
+    s.micro_batch_size = _pos(get(model, "micro_batch_size")) or _pos(get(train,
+                                                                          "micro_batch_size"))
     s.sequence_parallel = bool(get(model, "sequence_parallel")) and s.tp > 1
     granularity = get(model, "activations_checkpoint_granularity")
     if granularity in ("full", "selective"):
@@ -194,13 +205,17 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     if s.ep > 1 or _pos(get(model, "num_moe_experts")):
         s.etp = s.tp
     parsed.settings = s
-    parsed.seq_len = _pos(get(model, "encoder_seq_length")) or _pos(get(model, "seq_length"))
-    parsed.global_batch_size = _pos(get(model, "global_batch_size"))
+    parsed.seq_len = (_pos(get(model, "encoder_seq_length")) or _pos(get(model, "seq_length"))
+                      or _pos(get(dataset, "seq_length")))
+    parsed.global_batch_size = (_pos(get(model, "global_batch_size"))
+                                or _pos(get(train, "global_batch_size")))
     nodes, devices = _pos(get(trainer, "num_nodes")), _pos(get(trainer, "devices"))
     if nodes and devices:
         parsed.world_size, parsed.nproc_per_node = nodes * devices, devices
         parsed.world_source = f"trainer.num_nodes {nodes} x trainer.devices {devices}"
         parsed.lines["world"] = _key_line(text, "num_nodes") or 1
+    elif bridge:
+        parsed.unresolved["world"] = "a Megatron-Bridge run takes its world size from torchrun"
     else:
         parsed.unresolved["world"] = "trainer.num_nodes x trainer.devices not both integers"
     hidden = _pos(get(model, "hidden_size"))
@@ -224,6 +239,9 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     name = str(run.get("name", path.stem)) if isinstance(run, dict) else path.stem
     parsed.model = _model(fields, re.sub(r"[^A-Za-z0-9._+-]", "-", name) or "nemo-model", path,
                           parsed)
-    if not (_pos(get(model, "padded_vocab_size"))):
+    if bridge and parsed.model is None:
+        parsed.model_problem = ("a Megatron-Bridge override: the model is its recipe's (Python "
+                                "or a Hugging Face id), not in this file")
+    if parsed.model is not None and not _pos(get(model, "padded_vocab_size")):
         parsed.notes.append(f"vocabulary from the tokenizer: assumed {NEOX_DEFAULT_VOCAB}")
     return parsed
