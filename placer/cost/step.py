@@ -314,14 +314,15 @@ def _offload_stall(layout: Layout, shape: StageShape, dense_work: LayerWork,
                    cluster: Cluster) -> PassTimes:
     """Activation offload transfers the layer compute does not hide (charged to compute).
 
-    An offloaded layer's saved activations go to the host over PCIe while the next layer runs
+    An offloaded layer's saved activations go to the host (PCIe, or NVLink-C2C on Grace
+    systems: ``IntraNodeFabric.host_bytes_per_s``) while the next layer runs
     its forward, and come back while the layer after it in the backward runs (Megatron
     --cpu-offloading-num-layers); the copy that outlasts that layer stalls the stream.
     """
     layers = offloaded_layers(layout, shape.layers)
     if not layers:
         return ZERO_TIMES
-    bandwidth = bounding_node_type(cluster).fabric.pcie_bandwidth_bytes_per_s
+    bandwidth = bounding_node_type(cluster).fabric.host_bytes_per_s
     kinds = [(dense_work, dense, shape.layers - shape.moe_layers)]
     if moe_work is not None:
         kinds.append((moe_work, moe, shape.moe_layers))

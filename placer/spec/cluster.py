@@ -44,12 +44,22 @@ class IntraNodeFabric(Spec):
         ge=MIN_BYTES_PER_S,
         description="PCIe rate per GPU per direction (Gen4 x16: 32e9, Gen5 x16: 64e9)"
     )
+    host_bandwidth_bytes_per_s: float | None = Field(
+        default=None, ge=MIN_BYTES_PER_S,
+        description="GPU to host memory per GPU per direction (activation offload); default the "
+        "PCIe rate; Grace systems reach it over NVLink-C2C"
+    )
     pcie_switch_groups: list[list[int]] = Field(
         default_factory=list, description="local GPUs under one PCIe switch (PIX/PXB)"
     )
     numa_groups: list[list[int]] = Field(
         default_factory=list, description="local GPUs attached to one CPU socket (else SYS)"
     )
+
+    @property
+    def host_bytes_per_s(self) -> float:
+        """What a GPU can copy to or from host memory per direction."""
+        return self.host_bandwidth_bytes_per_s or self.pcie_bandwidth_bytes_per_s
 
     @model_validator(mode="after")
     def _nvlink_fields(self) -> IntraNodeFabric:
