@@ -428,9 +428,10 @@ def _pipeline_problem(layout: Layout, model: Model) -> tuple[str, object, str] |
         if layout.recompute_layers > max(split.chunks):
             return ("layout.recompute_layers", layout.recompute_layers,
                     f"a virtual stage holds at most {max(split.chunks)} layers")
-    if layout.offload_layers > fewest and layout.offload_layers > 0:
+    if layout.offload_layers >= fewest and layout.offload_layers > 0:
         return ("layout.offload_layers", layout.offload_layers,
-                f"the lightest pipeline rank holds {fewest} layers")
+                f"offload fewer layers than the {fewest} the lightest pipeline rank holds "
+                "(Megatron: CPU offloading only for layers less than num_layers)")
     return None
 
 
