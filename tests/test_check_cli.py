@@ -142,3 +142,17 @@ def test_candidate_option_value(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["check", plan, "--candidate", "0"], capsys)[0] == 1
     code, _, err = cli(["check", plan, "--candidate", "best"], capsys)
     assert code == 2 and err.startswith("error: --candidate: 'best' is not valid")
+
+
+def test_env_and_nodes_options_feed_the_script(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("NNODES=${SLURM_NNODES:-1}\ntorchrun --nnodes $NNODES --nproc_per_node 8 "
+                      "x.py --tensor-model-parallel-size $TP\n")
+    base = ["check", str(script), "--cluster", "dgx-h100"]
+    code, out, _ = cli(base, capsys)
+    assert code == 0 and "setting-unresolved" in out and "$TP" in out
+    code, out, _ = cli([*base, "--env", "TP=16", "--nodes", "2"], capsys)
+    assert code == 1 and "tp-cross-node" in out and "(16 GPUs)" in out
+    code, _, err = cli([*base, "--env", "TP"], capsys)
+    assert code == 2 and "--env" in err
