@@ -13,7 +13,7 @@ import pytest
 from placer.spec.cluster import Cluster
 from placer.spec.presets import cluster_preset
 from placer.topology import GroupLink, build_graph, topology_of
-from placer.topology.graph import path_summary
+from placer.topology.links import PathHop, slower_class
 
 NDR_BYTES_PER_S = 400e9 / 8  # NDR 400 Gb/s per NIC, bits -> bytes (conventions.md 5.1)
 HDR_BYTES_PER_S = 200e9 / 8
@@ -400,6 +400,21 @@ def test_topology_is_cached_per_cluster_object() -> None:
     cluster = preset("dgx-h100", 2)
     assert topology_of(cluster) is topology_of(cluster)
     assert topology_of(cluster.with_nodes(2)) is not topology_of(cluster)
+
+
+def path_summary(hops: list[PathHop]) -> tuple[float, float, str]:
+    """(narrowest bytes/s, latency of one step, slowest class) of a route.
+
+    A step's latency is that of its slowest link class (cluster.latency is per ring step, and
+    switches on the way are cut-through).
+    """
+    if not hops:
+        return math.inf, 0.0, "local"
+    slowest = "local"
+    for hop in hops:
+        slowest = slower_class(slowest, hop.link_class)
+    latency = max(hop.latency_s for hop in hops if hop.link_class == slowest)
+    return min(hop.bandwidth_bytes_per_s for hop in hops), latency, slowest
 
 
 @pytest.mark.parametrize("cluster", [

@@ -14,7 +14,6 @@ from placer.spec.layout import Layout
 from placer.spec.model import Model
 
 LinkClass = Literal["local", "nvlink", "pcie", "network"]
-MESH_DIMS = ("pp", "dp", "cp", "tp")
 
 
 class StepBreakdown(Output):

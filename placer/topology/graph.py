@@ -15,11 +15,10 @@ equals what ``ring_bottleneck`` gives a lone pair.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from placer.topology.links import PathHop, class_latency_s, slower_class
+from placer.topology.links import PathHop, class_latency_s
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -145,18 +144,3 @@ def route(graph: nx.Graph, a: Hashable, b: Hashable) -> list[PathHop]:
         hops.append(PathHop(u, v, data["link_class"], data["kind"],
                             data["bandwidth_bytes_per_s"], data["latency_s"]))
     return hops
-
-
-def path_summary(hops: list[PathHop]) -> tuple[float, float, str]:
-    """(narrowest bytes/s, latency of one step, slowest class) of a route.
-
-    A step's latency is that of its slowest link class (cluster.latency is per ring step, and
-    switches on the way are cut-through).
-    """
-    if not hops:
-        return math.inf, 0.0, "local"
-    slowest = "local"
-    for hop in hops:
-        slowest = slower_class(slowest, hop.link_class)
-    latency = max(hop.latency_s for hop in hops if hop.link_class == slowest)
-    return min(hop.bandwidth_bytes_per_s for hop in hops), latency, slowest

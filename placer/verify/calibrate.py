@@ -359,36 +359,6 @@ def profile_yaml(profile: LinkProfile) -> str:
     return yaml.safe_dump(profile_document(profile), sort_keys=False, default_flow_style=False)
 
 
-def fits_document(cal: CalibrationResult) -> list[dict[str, Any]]:
-    """Every fit with its residuals (relative: (predicted - measured) / measured)."""
-    out = []
-    for f in cal.collectives:
-        out.append({
-            "link_class": f.link_class, "collective": f.collective,
-            "group_sizes": list(f.group_sizes), "in_profile": f.in_profile,
-            "latency_s": f.fit.latency_s, "bandwidth_bytes_per_s": f.fit.bandwidth_bytes_per_s,
-            "weighted_error": f.fit.weighted_error, "max_abs_residual": f.fit.max_abs_residual,
-            "points": [{"group_size": p, "size_bytes": pt.size_bytes, "measured_s": pt.time_s,
-                        "residual": r}
-                       for p, pt, r in zip(f.point_group_sizes, f.points, f.fit.residuals,
-                                           strict=True)],
-        })
-    return out
-
-
-def gemm_document(cal: CalibrationResult) -> dict[str, Any] | None:
-    g = cal.gemm
-    if g is None:
-        return None
-    return {"peak_flops": g.peak_flops, "achieved_flops_large": g.fit.bandwidth_bytes_per_s,
-            "max_efficiency": g.profile.max_efficiency,
-            "half_efficiency_flops": g.profile.half_efficiency_flops,
-            "weighted_error": g.fit.weighted_error,
-            "points": [{"n": n, "flops": pt.bytes_coeff, "measured_s": pt.time_s,
-                        "achieved_flops": pt.bytes_coeff / pt.time_s, "residual": r}
-                       for n, pt, r in zip(g.sizes, g.points, g.fit.residuals, strict=True)]}
-
-
 def _size_text(nbytes: int) -> str:
     if nbytes >= MIB:
         return f"{nbytes / MIB:g}M"

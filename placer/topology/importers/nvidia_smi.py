@@ -31,10 +31,6 @@ LEGEND_RANGE = re.compile(
 CELL_FORMS = "X, NV#, PIX, PXB, PHB, NODE or SYS"
 
 
-def looks_like_topo_matrix(text: str) -> bool:
-    return any(_cells(line)[:1] == ["GPU0"] for line in text.splitlines())
-
-
 def _cells(line: str) -> list[str]:
     return ANSI_ESCAPE.sub("", line).split()
 
