@@ -18,7 +18,7 @@ COMMAND_MODULES = {
     "presets": "spec_commands", "schema": "spec_commands",
     "recommend-layout": "recommend_command", "estimate": "estimate_command",
     "launch": "launch_command", "check": "check_command", "topology": "topology_command",
-    "calibrate": "verify_command", "verify": "verify_command",
+    "calibrate": "verify_command", "verify": "verify_command", "init": "init_command",
 }
 """Which module of placer/cli defines each command. A command imports only its own module, so
 ``placer check`` never loads the solver (ortools alone takes ~0.5 s) and ``placer presets``
@@ -69,7 +69,7 @@ def _register() -> None:
     """Name the command modules (imported when one of their commands is asked for)."""
     global _MODULES
     _MODULES = ("spec_commands", "recommend_command", "estimate_command", "launch_command",
-                "check_command", "topology_command", "verify_command")
+                "check_command", "topology_command", "verify_command", "init_command")
 
 
 def main(argv: list[str] | None = None) -> None:
