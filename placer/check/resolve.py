@@ -24,10 +24,11 @@ from placer.dims import DENSE_DIMS
 from placer.errors import PlacerError
 from placer.mesh import MeshGrid, order_text
 from placer.spec.cluster import Cluster
-from placer.spec.job import Job, Optimizer
+from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.presets import load_model, validated
+from placer.spec.runtime import Runtime
 from placer.topology import ClusterTopology, topology_of
 
 GB = 1e9
@@ -338,9 +339,9 @@ def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, 
 
 def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
     """The job the checks assume, and whether its sequence length is known. Precision and the
-    bytes per parameter follow the config's flags: FP8 training, FP8 parameter gather (weights
-    kept in FP8: 1 byte) and bf16 gradient reduction (main gradients in bf16: 2 bytes), as
-    Megatron's --fp8-format, --fp8-param-gather and --grad-reduce-in-bf16 do."""
+    runtime follow the config's flags: FP8 training, FP8 parameter gather (1-byte working
+    weights) and bf16 gradient reduction (2-byte main gradients), as Megatron's --fp8-format,
+    --fp8-param-gather and --grad-reduce-in-bf16 do (placer.spec.runtime turns them into bytes)."""
     parsed = ctx.parsed
     if parsed.job is not None:
         return parsed.job, True
@@ -361,10 +362,10 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
         known = False
     else:
         known = True
-    optimizer = Optimizer(param_bytes=1 if s.fp8_param_gather else 2,
-                          grad_bytes=2 if s.grad_reduce_bf16 else 4)
+    runtime = Runtime(grad_reduce_dtype="bf16" if s.grad_reduce_bf16 else None,
+                      fp8_param_gather=s.fp8_param_gather and s.precision == "fp8")
     return Job(seq_len=seq_len, global_batch_size=gbs, precision=s.precision,
-               optimizer=optimizer), known
+               runtime=runtime), known
 
 
 # layout_problem's field -> the settings whose line a finding points at, best first
