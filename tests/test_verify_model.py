@@ -16,6 +16,7 @@ from helpers_cli import cli
 
 from placer.report.plan import plan_json
 from placer.spec import Cluster, Job, Model
+from placer.spec.profile import load_link_profile
 from placer.verify.cpu_cluster import emulated_cluster, emulated_cluster_document
 from placer.verify.plans import plan_for_layouts
 from placer.verify.realmodel import run_real
@@ -28,6 +29,7 @@ DENSE = Model(name="tiny", num_layers=LAYERS, hidden_size=H, num_attention_heads
 MOE = Model.model_validate({**DENSE.model_dump(), "name": "tiny-moe", "moe": {
     "num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128}})
 JOB = Job(seq_len=128, global_batch_size=4)
+PROFILE = Path(__file__).resolve().parents[1] / "examples" / "emulated-2x2" / "profile.yaml"
 BYTES_PER_PARAM = 2 + 4 + 4 + 8  # bf16 weight, fp32 main grad, fp32 master, Adam m and v
 
 
@@ -61,9 +63,24 @@ def test_real_model_memory_within_15_percent_for_tp_pp_fsdp_cp_ep(
     (tmp_path / "dense.json").write_text(plan_json(dense))
     code, out, err = cli(["verify", str(tmp_path / "dense.json"), "--real-model", "--nproc",
                           "2", "--steps", "1", "--warmup-steps", "0", "--top", "4",
-                          "--out", str(tmp_path / "dense-out.json")], capsys)
+                          "--profile", str(PROFILE), "--calibrate", "--save-profile",
+                          str(tmp_path / "refit.yaml"), "--out", str(tmp_path / "dense-out.json")],
+                         capsys)
     assert code == 0, err + out
     doc = json.loads((tmp_path / "dense-out.json").read_text())
+    # The measured step times feed the profile as replays do: one compute scale, fitted.
+    refit = load_link_profile(tmp_path / "refit.yaml")
+    scale = doc["calibration"]["compute_scale"]
+    assert refit.gemm is not None and scale > 0
+    before_eff = load_link_profile(PROFILE).gemm.max_efficiency  # type: ignore[union-attr]
+    assert refit.gemm.max_efficiency == pytest.approx(min(1.0, before_eff / scale))
+
+    def spread(key: str) -> float:
+        return sum(((c[key] - c["measured_step_s"]) / c["measured_step_s"]) ** 2
+                   for c in doc["candidates"])
+
+    if refit.gemm.max_efficiency < 1.0:  # not capped: the fit can only lower the error
+        assert spread("after_refit_predicted_step_s") <= spread("predicted_step_s") + 1e-12
     moe = plan_for_layouts(MOE, cluster, JOB, [("dp=2,ep=2,mbs=1", "dp", "EP")])
     ep = run_real(moe, LocalLauncher(2), None, [0], tmp_path / "ep", 1, 0, 300)
     rows = doc["candidates"] + [r.document() for r in ep]

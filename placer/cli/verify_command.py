@@ -324,7 +324,7 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
     _check_shapes(plan, options, emulate, nproc or default_nproc, as_json)
     if real_model:
         _verify_real(plan_path, plan, profile, options, (emulate, inter_node_mbit, nproc,
-                     default_nproc), work_dir, out_path, as_json, refit)
+                     default_nproc), work_dir, out_path, as_json, save_profile)
         return
     cuda = _cuda_devices() > 0
     with _work_dir(work_dir, "placer-verify-") as (where, keep), \
@@ -404,14 +404,22 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
 def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
                  options: VerifyOptions, where: tuple[str | None, float | None, int | None, int],
                  work_dir: Path | None, out_path: Path | None, as_json: bool,
-                 refit: bool) -> None:
-    """``verify --real-model``: the candidates' models, for a few steps each."""
-    from placer.verify.realmodel import real_document, real_line, render_real, run_real
+                 save_profile: Path | None) -> None:
+    """``verify --real-model``: the candidates' models, for a few steps each; with
+    ``--calibrate`` the profile's GEMM efficiency is refitted from their step times."""
+    from placer.verify.output import feedback_document
+    from placer.verify.realmodel import (
+        real_document,
+        real_line,
+        refit_real,
+        render_real,
+        run_real,
+    )
     from placer.verify.session import top_indices
 
-    if refit:
-        raise InputError("--calibrate", True, "with --real-model use placer calibrate "
-                         "--from-verify RESULTS.json; drop --calibrate")
+    if options.refit and profile is None:
+        raise InputError("--profile", None, "--real-model --calibrate refits a link profile; "
+                         "run placer calibrate first and pass it with --profile")
     device = "cuda" if _cuda_devices() > 0 else "cpu"
     emulate, mbit, nproc, default_nproc = where
     with _work_dir(work_dir, "placer-verify-") as (folder, keep), \
@@ -426,7 +434,10 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
         if any(r.status not in ("ok", "skipped") for r in results):
             keep[0] = True
             _say(f"logs of the failed candidates are in {folder}", as_json)
+        fb = refit_real(plan, profile, results) if options.refit and profile else None
         doc = real_document(str(plan_path), launcher.description, options.steps, results)
+    if fb is not None:
+        doc["calibration"] = feedback_document(fb)
     if out_path is not None:
         _write_json(out_path, doc)
     if as_json:
@@ -434,6 +445,9 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
     else:
         for line in render_real(doc):
             click.echo(line)
+    if save_profile is not None and fb is not None:
+        _write_profile(save_profile, fb.profile, "--save-profile")
+        _say(f"wrote {save_profile}", as_json)
     if not any(r.status == "ok" for r in results):
         sys.exit(1)
 

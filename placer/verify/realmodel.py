@@ -31,8 +31,10 @@ from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import MemoryBreakdown, Plan
+from placer.verify.feedback import Feedback, fit_compute_scale, scale_gemm
 from placer.verify.fit import median
 from placer.verify.runner import Launcher
+from placer.verify.session import check_shape, slots_of
 
 WORKER = Path(__file__).resolve().parent / "workers" / "model.py"
 MODEL_FORMAT = "placer-real-model/1"
@@ -138,6 +140,8 @@ class RealResult:
     tokens_per_s: float | None = None
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
+    predicted_compute_s: float = 0.0
+    after_refit_step_s: float | None = None
     static_bytes: int | None = None  # the worst rank's weights and optimizer state
     worst_rank: int | None = None
     device: str = ""
@@ -162,7 +166,9 @@ class RealResult:
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "static_bytes": self.static_bytes, "worst_rank": self.worst_rank,
-            "memory_relative_error": self.memory_error, "wall_s": self.wall_s}
+            "memory_relative_error": self.memory_error, "wall_s": self.wall_s,
+            "predicted_compute_s": self.predicted_compute_s,
+            "after_refit_predicted_step_s": self.after_refit_step_s}
         if self.error:
             doc["error"] = self.error
         return doc
@@ -172,8 +178,6 @@ def _base(plan: Plan, index: int, profile: LinkProfile | None, device: str) -> R
     cand = plan.candidates[index]
     placement = placement_of(plan, index)
     order = parse_order(cand.mesh_order)
-    from placer.verify.session import slots_of
-
     est = estimate(plan.model, plan.cluster, plan.job, cand.layout, order, slots_of(placement),
                    profile, EAGER)
     memory = predict_memory(plan, index, device)
@@ -182,7 +186,8 @@ def _base(plan: Plan, index: int, profile: LinkProfile | None, device: str) -> R
              "optimizer": b.optimizer_bytes, "activations": b.activations_bytes,
              "logits": b.logits_bytes, "moe_buffers": b.moe_buffers_bytes}
     return RealResult(index, cand.layout.compact(), order_text(order), "skipped",
-                      est.step_time_s, memory.allocated_bytes, parts, device=device)
+                      est.step_time_s, memory.allocated_bytes, parts, device=device,
+                      predicted_compute_s=est.breakdown.compute_s + est.breakdown.recompute_s)
 
 
 def collect_real(result: RealResult, out_dir: Path, world_size: int) -> RealResult:
@@ -227,8 +232,6 @@ def run_real(plan: Plan, launcher: Launcher, profile: LinkProfile | None, indice
         why = unsupported(plan.model, layout)
         placement = placement_of(plan, index)
         if why is None:
-            from placer.verify.session import check_shape
-
             why = check_shape(placement, launcher.num_nodes, launcher.gpus_per_node,
                               launcher.description)
         if why is not None:
@@ -258,6 +261,31 @@ def run_real(plan: Plan, launcher: Launcher, profile: LinkProfile | None, indice
     if not results:
         raise PlacerError("no candidate to run")
     return results
+
+
+def refit_real(plan: Plan, profile: LinkProfile, results: list[RealResult]) -> Feedback:
+    """The profile refitted from the measured step times, as ``verify --calibrate`` does with
+    replays (placer/verify/feedback.py): the GEMM efficiency rescaled so the cost model's
+    compute part explains them. Each candidate is re-predicted with it."""
+    ok = [r for r in results if r.status == "ok" and r.measured_step_s
+          and r.predicted_step_s is not None]
+    scale = fit_compute_scale([(r.measured_step_s or 0.0, r.predicted_step_s or 0.0,
+                                r.predicted_compute_s) for r in ok])
+    skipped: tuple[str, ...] = ()
+    updated = profile
+    if scale is None:
+        skipped = ("compute: no usable step times to rescale the GEMM efficiency",)
+    else:
+        updated = scale_gemm(profile, scale)
+    for r in ok:
+        cand = plan.candidates[r.index]
+        est = estimate(plan.model, plan.cluster, plan.job, cand.layout,
+                       parse_order(cand.mesh_order), slots_of(placement_of(plan, r.index)),
+                       updated, EAGER)
+        r.after_refit_step_s = est.step_time_s
+    before = profile.gemm.max_efficiency if profile.gemm else None
+    after = updated.gemm.max_efficiency if updated.gemm else None
+    return Feedback(updated, (), scale, before, after, skipped)
 
 
 # ------------------------------------------------------------------ what verify prints
@@ -313,4 +341,17 @@ def render_real(doc: dict[str, Any]) -> list[str]:
     if worst is not None:
         lines.append(f"peak memory: predicted within {worst:.1%} of measured for every "
                      "candidate that ran")
+    calibration = doc.get("calibration")
+    if calibration is not None:
+        scale, gemm = calibration["compute_scale"], calibration["gemm_max_efficiency"]
+        if scale is not None and gemm["before"] is not None:
+            lines.append(f"refit compute: step times fit with compute x {scale:.2f}, GEMM max "
+                         f"efficiency {gemm['before']:.3f} -> {gemm['after']:.3f}")
+        for c in doc["candidates"]:
+            after, step = c["after_refit_predicted_step_s"], c["measured_step_s"]
+            if after is not None and step:
+                lines.append(f"  candidate {c['index']}: predicted {after:.3f} s after the "
+                             f"refit ({(after - step) / step:+.0%})")
+        for note in calibration["left_out"]:
+            lines.append(f"  left out of the refit: {note}")
     return lines

@@ -42,6 +42,7 @@ class LiveBytes(TorchDispatchMode):
         self.peak_bytes = 0
         self._sizes: dict[int, int] = {}
         self._original_resize: Callable[..., Any] | None = None
+        self.active = False
 
     def _add(self, storage: torch.UntypedStorage) -> None:
         key = id(storage)
@@ -90,9 +91,11 @@ class LiveBytes(TorchDispatchMode):
 
         torch.UntypedStorage.resize_ = resize  # type: ignore[method-assign]
         super().__enter__()
+        self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.active = False
         super().__exit__(*exc)
         if self._original_resize is not None:
             torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]

@@ -371,11 +371,15 @@ def main() -> None:  # noqa: PLR0915 - one linear script: build, parallelise, ru
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     try:
-        with tracker if tracker is not None else contextlib.nullcontext():
-            run(config, cfg, layout, pm, device, record)
+        if tracker is not None:
+            tracker.__enter__()
+        run(config, cfg, layout, pm, device, record, tracker)
     except torch.OutOfMemoryError as exc:
         record["oom"] = True
         record["error"] = str(exc).splitlines()[0]
+    finally:
+        if tracker is not None and tracker.active:
+            tracker.__exit__(None, None, None)
     if device.type == "cuda":
         record["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         record["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
@@ -390,7 +394,10 @@ def main() -> None:  # noqa: PLR0915 - one linear script: build, parallelise, ru
 
 
 def run(config: dict[str, Any], cfg: dict[str, Any], layout: dict[str, Any], pm: Any,
-        device: torch.device, record: dict[str, Any]) -> None:
+        device: torch.device, record: dict[str, Any], tracker: LiveBytes | None) -> None:
+    """Build, then train; on CPU the tracker counts the build and the first step (the peak:
+    all optimizer state exists from the start) and is off for the later, timed steps, whose
+    Python dispatch it would slow down."""
     param_dtype = DTYPES[config["optimizer"]["param_bytes"]]
     grad_dtype = DTYPES[config["optimizer"]["grad_bytes"]]
     with torch.device(device):
@@ -443,6 +450,10 @@ def run(config: dict[str, Any], cfg: dict[str, Any], layout: dict[str, Any], pm:
         if step >= config["warmup_steps"]:
             record["step_local_s"].append(local)
             record["step_max_s"].append(slowest)
+        if tracker is not None and tracker.active and step + 1 < config["warmup_steps"] + \
+                config["steps"]:
+            tracker.__exit__(None, None, None)
+            record["memory_tracked_steps"] = step + 1
     record["tokens_per_step"] = config["tokens_per_step"]
 
 
