@@ -91,5 +91,4 @@ def test_missing_matplotlib_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(PlacerError) as err:
         plots.require_matplotlib()
-    assert str(err.value) == ("--plot needs matplotlib; install it with "
-                              "pip install 'placer[plot]'")
+    assert str(err.value).endswith("install it with: pip install matplotlib")

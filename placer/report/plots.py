@@ -1,4 +1,4 @@
-"""Pictures of a plan (matplotlib, an optional extra: ``pip install 'placer[plot]'``).
+"""Pictures of a plan (matplotlib, a dependency imported only when a picture is drawn).
 
 - the rank map of a candidate: nodes x GPUs, each cell coloured by its TP group and marked with
   its rank, PP stage and DP index (large clusters: the first nodes only, and the title says so);
@@ -37,8 +37,8 @@ def require_matplotlib() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise PlacerError("--plot needs matplotlib; install it with pip install 'placer[plot]'"
-                          ) from None
+        raise PlacerError("--plot needs matplotlib (a dependency of placer that is missing "
+                          "here); install it with: pip install matplotlib") from None
     return matplotlib
 
 
