@@ -1,14 +1,18 @@
 """Hardware check on an emulated 2 nodes x 4 GPUs: calibrate, replay eight candidates, refit.
 
-Run as root from the repository root (needs ``ip netns`` and ``tc``; about 5 minutes on 2 cores):
+Run as root from the repository root (needs ``ip netns`` and ``tc``; about 5 minutes a run on
+2 cores, three runs by default):
 
-    .venv/bin/python bench/verify_emulated.py [--inter-node-mbit 400] [--scale 1.0] [--json OUT]
+    .venv/bin/python bench/verify_emulated.py [--runs 3] [--inter-node-mbit 400] [--json OUT]
 
 It prints the figures the issue asks for: the calibrated inter-node bandwidth against the tbf
 rate and the intra-node one, then measured against predicted step time for each candidate,
 Kendall's tau between the rankings and whether the predicted best was the measured best, before
-and after ``verify --calibrate``'s refit (and its leave-one-out error). Eight ranks share two
-cores here, so compute and intra-node times are noisy (cpu-cluster-notes.md section 4).
+and after ``verify --calibrate``'s refit (and its leave-one-out error); then, over the runs,
+whether tau >= 0.8 with the predicted best measured best in every one, and each pair of
+candidates measured in the other order with the predicted share of compute in both. Eight
+ranks share two cores here, so compute and intra-node times are noisy (cpu-cluster-notes.md
+section 4).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,32 +44,22 @@ MODEL = {"name": "tiny-8way", "num_layers": 2, "hidden_size": 64, "num_attention
 JOB = {"name": "emulated-2x4", "seq_len": 256, "global_batch_size": 256}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inter-node-mbit", type=float, default=400.0)
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--json", type=Path, help="write every figure here")
-    args = parser.parse_args()
-
+def one_run(args: argparse.Namespace, run: int) -> dict[str, Any]:
+    """Calibrate, replay every candidate, refit: the verify results document of one run."""
     from placer.cli.verify_command import run_calibration
     from placer.spec import Job, Model
     from placer.verify.calibrate import report_lines
     from placer.verify.cpu_cluster import emulated_cluster
-    from placer.verify.emulate import EmulatedCluster
     from placer.verify.output import candidate_line, render, results_document
     from placer.verify.plans import plan_for_layouts
     from placer.verify.runner import EmulatedLauncher
     from placer.verify.session import VerifyOptions, verify_plan
 
-    ok, why = EmulatedCluster.available()
-    if not ok:
-        print(f"cannot emulate a cluster here: {why}", file=sys.stderr)
-        return 2
     mbit = args.inter_node_mbit
     cluster = emulated_cluster(2, 4, mbit)
     model, job = Model.model_validate(MODEL), Job.model_validate(JOB)
     started = time.perf_counter()
+    print(f"=== run {run}")
     with tempfile.TemporaryDirectory(prefix="placer-bench-") as tmp, \
             EmulatedLauncher(2, 4, mbit) as launcher:
         work = Path(tmp)
@@ -92,9 +87,62 @@ def main() -> int:
     doc["wall_s"] = time.perf_counter() - started
     print()
     print("\n".join(render(doc)))
-    print(f"\ntotal {doc['wall_s']:.0f} s")
+    print(f"\nrun {run}: {doc['wall_s']:.0f} s")
+    return doc
+
+
+def misordered(doc: dict[str, Any]) -> list[str]:
+    """Pairs the prediction orders one way and the measurement the other, with the predicted
+    share of compute in each: which mechanism the miss comes from."""
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    lines = []
+    for i, a in enumerate(ok):
+        for b in ok[i + 1:]:
+            if (a["predicted_step_s"] - b["predicted_step_s"]) * \
+                    (a["measured_step_s"] - b["measured_step_s"]) < 0:
+                share = [c["predicted_parts_s"].get("compute", 0.0) / c["predicted_step_s"]
+                         for c in (a, b)]
+                lines.append(
+                    f"candidates {a['index']} and {b['index']}: predicted "
+                    f"{a['predicted_step_s']:.3f} vs {b['predicted_step_s']:.3f} s, measured "
+                    f"{a['measured_step_s']:.3f} vs {b['measured_step_s']:.3f} s (compute "
+                    f"{share[0]:.0%} and {share[1]:.0%} of the prediction)")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inter-node-mbit", type=float, default=400.0)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3, help="independent runs (each calibrates)")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args()
+
+    from placer.verify.emulate import EmulatedCluster
+
+    ok, why = EmulatedCluster.available()
+    if not ok:
+        print(f"cannot emulate a cluster here: {why}", file=sys.stderr)
+        return 2
+    docs = [one_run(args, run) for run in range(1, args.runs + 1)]
+    print(f"\n{'run':>3}  {'tau':>5}  {'best ok':>7}  {'max err':>7}  {'tau refit':>9}  "
+          f"{'best ok':>7}  {'max err':>7}")
+    for run, doc in enumerate(docs, 1):
+        after = doc.get("after_calibration", {})
+        print(f"{run:>3}  {doc['kendall_tau']:+.2f}  "
+              f"{'yes' if doc['predicted_best_is_measured_best'] else 'no':>7}  "
+              f"{doc['max_abs_relative_error']:>7.0%}  {after.get('kendall_tau', 0):+9.2f}  "
+              f"{'yes' if after.get('predicted_best_is_measured_best') else 'no':>7}  "
+              f"{after.get('max_abs_relative_error', 0):>7.0%}")
+    met = all(d["kendall_tau"] >= 0.8 and d["predicted_best_is_measured_best"] for d in docs)
+    print(f"tau >= 0.8 and the predicted best measured best in every run: "
+          f"{'yes' if met else 'no'}")
+    for run, doc in enumerate(docs, 1):
+        for line in misordered(doc):
+            print(f"  run {run}: {line}")
     if args.json:
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        args.json.write_text(json.dumps({"runs": docs, "met": met}, indent=2) + "\n")
     return 0
 
 
