@@ -119,3 +119,16 @@ def test_neox_and_nemo_yaml(tmp_path: Path) -> None:
     parsed = read_configs(nemo)[0]
     assert parsed.world_size == 32 and parsed.model is not None
     assert parsed.model.ffn_hidden_size == 16384
+
+
+def test_recompute_modules_and_block_layers_reach_the_layout() -> None:
+    parsed = parse_megatron(Path("r.sh"), (
+        "torchrun --nproc_per_node 8 x.py --recompute-granularity selective "
+        "--recompute-modules core_attn mlp --tensor-model-parallel-size 2\n"))
+    assert parsed.settings.layout_values()["recompute_modules"] == ("core_attn", "mlp")
+    parsed = parse_megatron(Path("r.sh"), (
+        "torchrun --nproc_per_node 8 x.py --recompute-granularity full --recompute-method block "
+        "--recompute-num-layers 4 --cpu-offloading-num-layers 2\n"))
+    values = parsed.settings.layout_values()
+    assert (values["recompute"], values["recompute_layers"], values["offload_layers"]) == (
+        "full", 4, 2)

@@ -34,7 +34,10 @@ _READ_ONLY_CHOICE_FLAGS = {
     "pp-partition-method": "partition_method",
     megatron.LAYOUT_FLAG: "pp_layout",
     megatron_deepspeed.CONFIG_FLAG: "deepspeed_config",
+    "recompute-modules": "recompute_modules",
 }
+# flags taking several values (argparse nargs="+")
+LIST_FLAGS = ("recompute-modules",)
 _READ_ONLY_BOOL_FLAGS = {
     "checkpoint-activations": "checkpoint_activations",
     "standalone": "standalone",

@@ -21,6 +21,7 @@ from placer.check.megatron_flags import (
     CHOICE_FLAGS,
     INT_FLAGS,
     LAUNCH_ONLY_KEYS,
+    LIST_FLAGS,
     MODEL_KEYS,
     PARALLEL_KEYS,
     PRINTING_COMMANDS,
@@ -32,6 +33,7 @@ from placer.check.shell import UNKNOWN_MARK, Array, Scalar, Script, ShellSyntaxE
 from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
 from placer.errors import PlacerError
 from placer.mesh import parse_order
+from placer.spec.layout import RECOMPUTE_MODULES
 from placer.spec.model import Model
 from placer.spec.presets import validated
 from placer.spec.text import decimal
@@ -159,6 +161,14 @@ def _flag_values(all_words: list[Word]) -> tuple[dict[str, _Value], dict[str, in
         nxt = words[i + 1] if i + 1 < len(words) else None
         if eq:
             raw, value, why = inline, inline, None
+        elif name in LIST_FLAGS and nxt is not None:
+            items = [w for w in words[i + 1:i + 16]]
+            stop = next((k for k, w in enumerate(items) if (w.text or "").startswith("--")),
+                        len(items))
+            known_items = [w.text for w in items[:stop]]
+            raw = " ".join(w.raw for w in items[:stop])
+            value = None if None in known_items else " ".join(t or "" for t in known_items)
+            why = None if value is not None else "holds a value known only when the job runs"
         elif nxt is not None and not (nxt.text or "").startswith("--"):
             raw, value = nxt.raw, nxt.text
             why = None if value is not None else (f"takes its value from {nxt.raw}, known only "
@@ -232,6 +242,13 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
         s.recompute = "full"
     if choices.get("recompute") in ("full", "selective"):
         s.recompute = RECOMPUTE_MODES[choices["recompute"]]
+    if s.recompute == "selective" and "recompute_modules" in choices:
+        modules = choices["recompute_modules"].split()
+        s.recompute_modules = tuple(m for m in RECOMPUTE_MODULES if m in modules)
+        unknown = sorted(set(modules) - set(RECOMPUTE_MODULES))
+        if unknown:
+            parsed.notes.append(f"--recompute-modules {' '.join(unknown)}: not modules placer "
+                                f"models ({', '.join(RECOMPUTE_MODULES)}); ignored")
     if s.recompute == "full" and choices.get("recompute_method") == "block":
         s.recompute_layers = ints.get("recompute_layers")
     zero = 3 if "fsdp" in flags else 1 if "distributed_optimizer" in flags else 0

@@ -26,7 +26,8 @@ RECOMPUTE_MODES: dict[str, Recompute] = {"none": "none", "selective": "selective
 # whatever the world size leaves, as Megatron and torchtitan derive it).
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
                "recompute", "sequence_parallel", "first_stage_layers", "last_stage_layers",
-               "pp_layout", "stage_layers", "recompute_layers", "offload_layers",
+               "pp_layout", "stage_layers", "recompute_layers", "recompute_modules",
+               "offload_layers",
                "embedding_in_split", "loss_in_split")
 
 # unresolved keys that only decide the world size (checked without it: world-size-unknown)
@@ -57,6 +58,7 @@ class Settings:
     pp_layout: str | None = None
     stage_layers: tuple[int, ...] | None = None
     recompute_layers: int | None = None
+    recompute_modules: tuple[str, ...] | None = None
     offload_layers: int = 0
     embedding_in_split: bool = False
     loss_in_split: bool = False
