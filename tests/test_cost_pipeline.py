@@ -203,3 +203,14 @@ def test_uneven_interleaved_bubble_is_the_mean_stage_over_v() -> None:
     zb = Layout.parse("pp=8,vpp=8,emb=on,loss=on,schedule=zb1p")
     mean_f, mean_b = mean / 3, 2 * mean / 3
     assert _bubble(zb, stages) == pytest.approx(7 * (mean_f + mean_b - 2 * mean_f / 2) / 8)
+
+
+def test_an_automatic_uneven_split_says_which_megatron_flags_run_it() -> None:
+    from placer.spec.pipeline import split_notes
+
+    counted = split_notes(Layout.parse("pp=8,vpp=8"), 126)
+    assert len(counted) == 1 and "--account-for-embedding-in-pipeline-split" in counted[0]
+    balanced = split_notes(Layout.parse("pp=4,vpp=4"), 61)
+    assert len(balanced) == 1 and "--pipeline-model-parallel-layout 'Ett|t*4|" in balanced[0]
+    assert split_notes(Layout.parse("pp=4,vpp=2"), 32) == []  # even
+    assert split_notes(Layout.parse("pp=8,vpp=8,emb=on,loss=on"), 126) == []  # the layout says

@@ -24,6 +24,7 @@ from placer.cost import estimate
 from placer.errors import InputError
 from placer.mesh import parse_order
 from placer.spec.layout import Layout, validate_layout
+from placer.spec.pipeline import split_notes
 from placer.spec.results import Estimate
 
 GIB = 2**30
@@ -56,6 +57,7 @@ def estimate_command(model_ref: str, cluster_ref: str, nodes: int | None,
     validate_layout(layout, model, job, layout.num_gpus)
     if layout.num_gpus < cluster.num_gpus:
         defaults_used.append(f"runs on the first {layout.num_gpus} of {cluster.num_gpus} GPUs")
+    defaults_used.extend(split_notes(layout, model.num_layers))
     order = parse_order(order_text)
     result = estimate(model, cluster, job, layout, order=order,
                       profile=load_profile_option(profile))

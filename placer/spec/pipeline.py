@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # placer.spec.layout imports this module
+    from placer.spec.layout import Layout
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zb1p", "zbv", "dualpipe", "dualpipev"]
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb1p", "zbv", "dualpipe",
@@ -295,3 +298,25 @@ def schedule_problem(schedule: str, pp: int, vpp: int) -> Problem | None:
 def default_schedule(vpp: int) -> str:
     """1F1B, or Megatron's interleaved 1F1B when there are virtual stages."""
     return "interleaved" if vpp > 1 else "1f1b"
+
+
+def split_notes(layout: Layout, num_layers: int) -> list[str]:
+    """One line saying how an uneven pipeline was split when the layout did not say, with the
+    Megatron flags that run it (the caller's ``defaults used``)."""
+    explicit = (layout.first_stage_layers, layout.last_stage_layers, layout.pp_layout,
+                layout.stage_layers)
+    if layout.pp == 1 or any(v is not None for v in explicit) or layout.embedding_in_split \
+            or layout.loss_in_split:
+        return []
+    split = layout.pipeline_split(num_layers)
+    if len(set(split.chunks)) == 1:
+        return []
+    ranks = split.rank_layers
+    how = (f"layers per rank {min(ranks)}-{max(ranks)}, per virtual stage "
+           f"{min(split.chunks)}-{max(split.chunks)}")
+    if split.embedding_in_split and layout.vpp > 1 and (num_layers + 2) % layout.pp == 0:
+        return [f"uneven pipeline: {how}, embedding and loss counted as layers "
+                "(Megatron --account-for-embedding-in-pipeline-split "
+                "--account-for-loss-in-pipeline-split; set emb=/loss=, first=/last= or pplayout=)"]
+    return [f"uneven pipeline: {how} (Megatron --pipeline-model-parallel-layout "
+            f"'{split.megatron_layout}'; set first=/last=, emb=/loss= or pplayout=)"]
