@@ -108,3 +108,19 @@ def test_verify_slurm_times_out_a_hang_reports_a_crash_keeps_the_rest_and_resume
     assert again[0] == first_ids[0]  # the finished candidate was not submitted again
     assert again[1] != first_ids[1] and again[2] != first_ids[2]
     assert doc["complete"] is True and doc["kendall_tau"] is not None
+
+
+def test_a_refused_submission_is_reported_per_candidate(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
+                  ffn_hidden_size=256, gated_mlp=False, vocab_size=512, tied_embeddings=True)
+    plan = plan_for_layouts(model, emulated_cluster(1, 2, None),
+                            Job(seq_len=128, global_batch_size=16), [("tp=2,mbs=8", "tp", "TP")])
+    (tmp_path / "plan.json").write_text(plan_json(plan))
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    code, out, _ = cli(["verify", str(tmp_path / "plan.json"), "--slurm", "--work-dir",
+                        str(tmp_path / "w"), "--partition", "nosuchpartition"], capsys)
+    assert code == 1
+    assert "candidate 0" in out and "FAILED: failed: sbatch NOT_SUBMITTED" in out, out
+    assert "invalid partition" in out.lower(), out
