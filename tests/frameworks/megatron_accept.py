@@ -1,0 +1,184 @@
+"""Build megatron-core's own configs from placer's megatron_args.sh; generate its process groups.
+
+``python megatron_accept.py MANIFEST.json``; each case ``{"id", "dir", "model": {...},
+"world_size"}`` with the plan's model dimensions (megatron_args.sh carries only the parallel,
+batch and precision flags; the model and data flags are the user's). The megatron-core wheel
+has no ``megatron/training/arguments.py``, so the flags are read by the parser below, whose
+names and dests are those of arguments.py (NVIDIA/Megatron-LM core_v0.16.1); an unknown flag is
+an error. They then go into ``TransformerConfig`` and ``DistributedDataParallelConfig`` the way
+arguments.py's ``core_transformer_config_from_args`` (L1306-1331) passes them, so megatron-core's
+own ``__post_init__`` checks run on them. ``RankGenerator`` (parallel_state.py, the generator
+``initialize_model_parallel`` uses, L775-806) then gives every process group for the order the
+flags select, for comparison with rankmap.json. No stubs: all of this runs on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+# flag -> (dest, type); type None = store_true. Dests as in arguments.py.
+FLAGS: dict[str, tuple[str, Any]] = {
+    "--tensor-model-parallel-size": ("tensor_model_parallel_size", int),
+    "--pipeline-model-parallel-size": ("pipeline_model_parallel_size", int),
+    "--num-virtual-stages-per-pipeline-rank": ("num_virtual_stages_per_pipeline_rank", int),
+    "--decoder-first-pipeline-num-layers": ("decoder_first_pipeline_num_layers", int),
+    "--decoder-last-pipeline-num-layers": ("decoder_last_pipeline_num_layers", int),
+    "--pipeline-model-parallel-layout": ("pipeline_model_parallel_layout", str),
+    "--context-parallel-size": ("context_parallel_size", int),
+    "--num-experts": ("num_experts", int),
+    "--expert-model-parallel-size": ("expert_model_parallel_size", int),
+    "--expert-tensor-parallel-size": ("expert_tensor_parallel_size", int),
+    "--sequence-parallel": ("sequence_parallel", None),
+    "--micro-batch-size": ("micro_batch_size", int),
+    "--global-batch-size": ("global_batch_size", int),
+    "--seq-length": ("seq_length", int),
+    "--recompute-granularity": ("recompute_granularity", str),
+    "--recompute-method": ("recompute_method", str),
+    "--recompute-num-layers": ("recompute_num_layers", int),
+    "--use-megatron-fsdp": ("use_megatron_fsdp", None),
+    "--data-parallel-sharding-strategy": ("data_parallel_sharding_strategy", str),
+    "--ckpt-format": ("ckpt_format", str),
+    "--no-gradient-accumulation-fusion": ("no_gradient_accumulation_fusion", None),
+    "--use-distributed-optimizer": ("use_distributed_optimizer", None),
+    "--bf16": ("bf16", None),
+    "--fp8-format": ("fp8", str),
+    "--use-tp-pp-dp-mapping": ("use_tp_pp_dp_mapping", None),
+}
+
+
+def _argv(folder: str) -> list[str]:
+    done = subprocess.run(["bash", "-c", 'source "$1"; printf "%s\\0" "${MEGATRON_ARGS[@]}"',
+                           "bash", str(Path(folder, "megatron_args.sh"))],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout.split("\0")[:-1]
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(exit_on_error=False, allow_abbrev=False)
+    for flag, (dest, kind) in FLAGS.items():
+        if kind is None:
+            parser.add_argument(flag, dest=dest, action="store_true")
+        else:
+            parser.add_argument(flag, dest=dest, type=kind)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ValueError(f"flags Megatron-LM core_v0.16.1 does not define: {unknown}")
+    return args
+
+
+def _transformer_config(args: argparse.Namespace, model: dict[str, Any]) -> Any:
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from megatron.core.transformer import TransformerConfig
+
+    kw: dict[str, Any] = {
+        # the model (the user's flags, from the plan)
+        "num_layers": model["num_layers"], "hidden_size": model["hidden_size"],
+        "num_attention_heads": model["num_attention_heads"],
+        "ffn_hidden_size": model["ffn_hidden_size"], "kv_channels": model["head_dim"],
+        "num_query_groups": model["num_kv_heads"],
+        # placer's flags, renamed as core_transformer_config_from_args does
+        "tensor_model_parallel_size": args.tensor_model_parallel_size,
+        "pipeline_model_parallel_size": args.pipeline_model_parallel_size,
+        "context_parallel_size": args.context_parallel_size,
+        "sequence_parallel": args.sequence_parallel,
+        "num_layers_in_first_pipeline_stage": args.decoder_first_pipeline_num_layers,
+        "num_layers_in_last_pipeline_stage": args.decoder_last_pipeline_num_layers,
+        "pipeline_model_parallel_layout": args.pipeline_model_parallel_layout,
+        "bf16": args.bf16, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16,
+        "deallocate_pipeline_outputs": True,
+        "gradient_accumulation_fusion": not args.no_gradient_accumulation_fusion,
+    }
+    if args.num_virtual_stages_per_pipeline_rank:  # arguments.py L552: vpp is this flag
+        kw["virtual_pipeline_model_parallel_size"] = args.num_virtual_stages_per_pipeline_rank
+    if args.recompute_granularity:
+        kw.update(recompute_granularity=args.recompute_granularity,
+                  recompute_method=args.recompute_method,
+                  recompute_num_layers=args.recompute_num_layers)
+    if args.fp8:
+        kw["fp8"] = args.fp8
+    if model["gated_mlp"]:
+        kw.update(activation_func=F.silu, gated_linear_unit=True)
+    if args.num_experts:
+        kw.update(num_moe_experts=args.num_experts,
+                  expert_model_parallel_size=args.expert_model_parallel_size,
+                  expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+                  moe_ffn_hidden_size=model["expert_ffn_hidden_size"],
+                  moe_router_topk=model["top_k"])
+    return TransformerConfig(**kw)
+
+
+def _groups(args: argparse.Namespace, world: int) -> dict[str, list[list[int]]]:
+    from megatron.core.parallel_state import RankGenerator
+
+    tp, pp, cp = (args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+                  args.context_parallel_size)
+    dp = world // (tp * pp * cp)
+    # initialize.py L378: tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping.
+    order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp"
+    dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
+    ep = args.expert_model_parallel_size or 1
+    etp = args.expert_tensor_parallel_size or tp
+    expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
+    out = {name: dense.get_ranks(token) for name, token in
+           (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("pp", "pp"), ("dp_cp", "dp-cp"))}
+    out.update({name: expert.get_ranks(token) for name, token in
+                (("ep", "ep"), ("etp", "tp"), ("edp", "dp"))})
+    return {k: sorted(sorted(g) for g in v) for k, v in out.items()}
+
+
+def check(case: dict[str, Any]) -> dict[str, Any]:
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    out: dict[str, Any] = {"id": case["id"]}
+    argv = _argv(case["dir"])
+    out["argv"] = argv
+    try:
+        args = _parse(argv)
+    except (ValueError, argparse.ArgumentError) as exc:
+        out["error"] = f"arguments: {exc}"
+        return out
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            config = _transformer_config(args, case["model"])
+            ddp = DistributedDataParallelConfig(
+                use_distributed_optimizer=args.use_distributed_optimizer,
+                use_megatron_fsdp=args.use_megatron_fsdp,
+                data_parallel_sharding_strategy=args.data_parallel_sharding_strategy or
+                "no_shard")
+        except (AssertionError, ValueError, TypeError) as exc:
+            out["error"] = f"megatron-core: {type(exc).__name__}: {exc}"
+            return out
+    out["config"] = {k: getattr(config, k) for k in (
+        "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+        "virtual_pipeline_model_parallel_size", "sequence_parallel", "expert_model_parallel_size",
+        "expert_tensor_parallel_size", "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage", "recompute_granularity")}
+    out["ddp"] = {"use_distributed_optimizer": ddp.use_distributed_optimizer,
+                  "use_megatron_fsdp": ddp.use_megatron_fsdp,
+                  "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy}
+    out["args"] = {k: getattr(args, k) for k in ("micro_batch_size", "global_batch_size",
+                                                  "seq_length", "ckpt_format")}
+    out["groups"] = _groups(args, case["world_size"])
+    return out
+
+
+def main() -> None:
+    for case in json.loads(Path(sys.argv[1]).read_text()):
+        try:
+            result = check(case)
+        except Exception:
+            result = {"id": case["id"], "error": traceback.format_exc()}
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
