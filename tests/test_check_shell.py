@@ -89,3 +89,29 @@ def test_runaway_scripts_stop_with_a_reason() -> None:
         evaluate(nested)
     recursive = evaluate("f() { f; }\nf\nrun --tp 2\n")  # bounded depth, then goes on
     assert [w.text for w in recursive.words][-3:] == ["run", "--tp", "2"]
+
+
+_VALUES = ["8", "2", "", "a b", " x  y ", "--tp 4", "'q'", "*"]
+_WORDS = ["$A", '"$A"', "${B:-d}", '"${B:-d}"', "${U:-u v}", "x$A", '"${ARR[@]}"', "${ARR[@]}",
+          '"${ARR[*]}"', "${#ARR[@]}", "${#A}", "$((N * M + 1))", "'$A'", '"a$B"c', "${ARR[1]}",
+          '"${A%% *}"', "${A#?}", '"${A/ /_}"', "$((${#A} + N))", '"$A"\'$B\'', "${A:+set}",
+          "${Z:=z} $Z", '"${ARR[@]:-none}"', "$(( N > M ? N : M ))", "${A^^}"]
+
+
+@pytest.mark.skipif(BASH is None, reason="bash not installed")
+def test_random_scripts_split_like_bash() -> None:
+    """Differential test: random assignments and expansions, words compared with bash's."""
+    import random
+    rng = random.Random(20261201)
+    for _ in range(60):
+        a, b = rng.choice(_VALUES), rng.choice(_VALUES)
+        items = " ".join(f'"{rng.choice(_VALUES)}"' for _ in range(rng.randint(0, 3)))
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 6)))
+        script = (f"A='{a}'\nB='{b}'\nN={rng.randint(0, 9)}\nM=$(( {rng.randint(1, 5)} ))\n"
+                  f"ARR=({items} x)\nset -f\nprintf '<%s>\\n' START {words} END\n")
+        assert BASH is not None
+        out = subprocess.run([BASH, "-c", script], capture_output=True, text=True, timeout=10,
+                             env={"PATH": "/usr/bin:/bin"}, check=True).stdout
+        expected = [line[1:-1] for line in out.splitlines()]
+        got = [w.text for w in evaluate(script).words if w.command == "printf"][2:]
+        assert got == expected and got[0] == "START" and got[-1] == "END", script

@@ -1163,10 +1163,26 @@ class _Expander:
         if isinstance(item, Unknown) or (name.isdigit() and name != "0" and not rest):
             self._unknown()  # set at run time, or one of the script's arguments
             return
-        if index in ("@", "*") and isinstance(item, Array) and not rest:
-            self._array(item, quoted and index == "@", quoted)
+        if index in ("@", "*") and isinstance(item, Array):
+            if not rest:
+                self._array(item, quoted and index == "@", quoted)
+                return
+            # ${ARR[@]:-word}: the word when the array is unset or (with :) expands to nothing
+            empty = not item.items or (rest.startswith(":") and
+                                       all(text == "" for text, _ in item.items))
+            if rest[:2] in (":-", ":+") or rest[:1] in ("-", "+"):
+                use_word = empty if "-" in rest[:2] else not empty
+                if not use_word and "-" in rest[:2]:
+                    self._array(item, quoted and index == "@", quoted)
+                elif use_word:
+                    word = rest[2:] if rest.startswith(":") else rest[1:]
+                    self._value(self._sub(word), quoted, self.line)
+                return
+            self._unknown()
             return
         text = _scalar(item, index)
+        if text is None and isinstance(item, Array) and index is not None and index.isdigit():
+            text = None if rest else ""  # an element past the end is unset: empty
         line = item.line if isinstance(item, Scalar) and item.line else self.line
         end = item.end_line if isinstance(item, Scalar) and item.line else 0
         if rest:
