@@ -424,7 +424,7 @@ def eq3_flops_per_token(model: Model, seq: int) -> float:
 
 
 def megatron_model_flops_per_token(model: Model, seq: int) -> float:
-    """Megatron's model FLOPs per token (MFU convention, conventions.md 9.3, GPT shapes)."""
+    """Megatron's model FLOPs per token (MFU convention, docs/sources.md 9.3, GPT shapes)."""
     lay, h, v = model.num_layers, model.hidden_size, model.vocab_size
     return 72 * lay * h * h * (1 + seq / (6 * h) + v / (12 * lay * h))
 
@@ -432,7 +432,7 @@ def megatron_model_flops_per_token(model: Model, seq: int) -> float:
 def current_megatron_flops_per_token(model: Model, seq: int) -> float:
     """Current Megatron's model FLOPs per token: 3 x the forward GEMMs, active experts only.
 
-    Megatron-Core's ``num_floating_point_operations`` (conventions.md 9.3) counts GQA, gated MLPs
+    Megatron-Core's ``num_floating_point_operations`` (docs/sources.md 9.3) counts GQA, gated MLPs
     and the top-k routed experts, and halves the core-attention ``s^2`` term for the causal mask.
     Megatron-Bridge reports model TFLOP/s this way (its Qwen3-30B-A3B rows match it to 0.5 %).
     """

@@ -109,7 +109,7 @@ def test_moe_flags_and_expert_tp_default() -> None:
     assert (parsed.model.moe.num_experts, parsed.model.moe.top_k) == (128, 8)
     assert parsed.model.moe.expert_ffn_hidden_size == 768
     assert (parsed.settings.ep, parsed.settings.etp) == (16, 1)
-    # --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2)
+    # --expert-tensor-parallel-size defaults to the TP size (docs/sources.md 6.2)
     default = parse("--tensor-model-parallel-size 2 --num-experts 8")
     assert default.settings.etp == 2
 

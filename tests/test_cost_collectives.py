@@ -78,7 +78,7 @@ def test_nvls_wins_large_all_reduce_in_an_nvls_domain() -> None:
     nbytes = 1 * GB
     got = coll.all_reduce(link, nbytes, H100)
     assert got.algorithm == "nvls"
-    # ~480 GB/s busbw on H100 (conventions.md 4), plus two hops of latency.
+    # ~480 GB/s busbw on H100 (docs/sources.md 4), plus two hops of latency.
     expected = 2 * 3e-6 + 2 * 7 / 8 * nbytes / (450e9 * NVLS_ALL_REDUCE_SPEEDUP)
     assert got.time_s == pytest.approx(expected)
     assert got.bus_bandwidth_bytes_per_s == pytest.approx(480e9, rel=0.01)

@@ -26,7 +26,7 @@ GPT175 = model_preset("gpt3-175b")
 
 
 def test_model_flops_match_narayanan_72_formula_for_gpt() -> None:
-    # 72 B s l h^2 (1 + s/6h + V/12lh) (conventions.md 9.3) for MHA, FFN 4h, no GLU.
+    # 72 B s l h^2 (1 + s/6h + V/12lh) (docs/sources.md 9.3) for MHA, FFN 4h, no GLU.
     job = Job(seq_len=2048, global_batch_size=1536)
     b, s, lay, h, v = 1536, 2048, 96, 12288, 51200
     expected = 72 * b * s * lay * h * h * (1 + s / (6 * h) + v / (12 * lay * h))

@@ -51,7 +51,7 @@ def test_dgx_h100_two_nodes_gets_rail_settings(tmp_path: Path) -> None:
     p = _preset_plan("dgx-h100", Layout(tp=4, pp=2, dp=2, zero_stage=1, sequence_parallel=True))
     env = _sourced(_env_sh(p), tmp_path)
     assert env == {
-        # The DGX H100 compute-port map (conventions.md 5.2), with '=' for exact names.
+        # The DGX H100 compute-port map (docs/sources.md 5.2), with '=' for exact names.
         "NCCL_IB_HCA": "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11",
         "NCCL_CROSS_NIC": "0",
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",

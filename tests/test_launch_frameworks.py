@@ -144,7 +144,7 @@ def _titan(p: Plan) -> tuple[dict[str, Any], str]:
     doc = tomllib.loads(text)
     _check_keys(doc, KEYS["torchtitan"]["sections"], "torchtitan")
     par = doc["parallelism"]
-    # torchtitan's ParallelDims check (conventions.md 7.2): the degrees multiply to the world.
+    # torchtitan's ParallelDims check (docs/sources.md 7.2): the degrees multiply to the world.
     world = p.candidates[0].layout.num_gpus
     assert (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
             * par["context_parallel_degree"] * par["tensor_parallel_degree"]

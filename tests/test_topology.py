@@ -15,7 +15,7 @@ from placer.spec.presets import cluster_preset
 from placer.topology import GroupLink, build_graph, topology_of
 from placer.topology.links import PathHop, slower_class
 
-NDR_BYTES_PER_S = 400e9 / 8  # NDR 400 Gb/s per NIC, bits -> bytes (conventions.md 5.1)
+NDR_BYTES_PER_S = 400e9 / 8  # NDR 400 Gb/s per NIC, bits -> bytes (docs/sources.md 5.1)
 HDR_BYTES_PER_S = 200e9 / 8
 
 
@@ -219,7 +219,7 @@ def test_whole_pcie_node_ring_crosses_sockets_once_per_direction() -> None:
 
 
 def test_nvlink_bridge_pairs() -> None:
-    # PCIe A100 with NVLink bridge pairs (conventions.md 8.2 (d)).
+    # PCIe A100 with NVLink bridge pairs (docs/sources.md 8.2 (d)).
     topo = topology_of(custom_pcie(kind="nvlink_bridge", nvlink_bandwidth_bytes_per_s=300e9,
                                    nvlink_groups=[[0, 1], [2, 3], [4, 5], [6, 7]]))
     pair = topo.group_link([0, 1])

@@ -50,7 +50,7 @@ def _matrix(rows: list[str], extra_header: str = "") -> str:
     return "\n".join([header] + [f"GPU{i}\t{row}" for i, row in enumerate(rows)]) + "\n"
 
 
-# --- nvidia-smi topo -m: the four real matrices of conventions.md 8.2 -----------------------------
+# --- nvidia-smi topo -m: the four real matrices of docs/sources.md 8.2 ----------------------------
 
 def test_dgx_a100_nvswitch_pairs_and_nic_legend() -> None:
     imported = _import("dgx_a100.txt", gpu="A100-80GB")
@@ -208,7 +208,7 @@ def test_legend_after_the_matrix_is_ignored() -> None:
                                                               "t")
 
 
-# --- NCCL topology XML (conventions.md 8.3) ------------------------------------------------------
+# --- NCCL topology XML (docs/sources.md 8.3) ------------------------------------------------------
 
 def test_ibm_h100_snippet_one_gpu_through_four_nvswitches() -> None:
     imported = _import("h100_ibm_cpu0.xml")
@@ -298,7 +298,7 @@ def test_bad_xml_is_one_line(text: str, gpu: str | None, message: str) -> None:
 
 
 @pytest.mark.parametrize(("file", "message"), [
-    ("dgx_a100_fragment.xml", "invalid XML"),  # the excerpt in conventions.md is not a document
+    ("dgx_a100_fragment.xml", "invalid XML"),  # the excerpt in docs/sources.md is not a document
     ("azure_ndv5_partial.xml", "partial NCCL_TOPO_FILE"),
 ])
 def test_unusable_xml_samples(file: str, message: str) -> None:

@@ -1,7 +1,7 @@
 """Read a DeepSpeed config JSON (ZeRO stage, batch sizes, AutoTP) into a ParsedConfig.
 
 DeepSpeed keeps model and pipeline structure in code, so the model comes from ``--model`` and pp
-is 1. ``train_batch_size = micro x accumulation x data-parallel size`` (conventions.md 7.1) gives
+is 1. ``train_batch_size = micro x accumulation x data-parallel size`` (docs/sources.md 7.1) gives
 the world size when all three are numbers ("auto" values are left to the cluster).
 """
 

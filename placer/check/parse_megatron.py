@@ -39,7 +39,7 @@ from placer.spec.presets import validated
 from placer.spec.text import decimal
 
 # Megatron's training entry point passes this order, or the second one with
-# --use-tp-pp-dp-mapping (conventions.md 6.1).
+# --use-tp-pp-dp-mapping (docs/sources.md 6.1).
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 # Megatron-DeepSpeed's GPTModelPipe partitions with DeepSpeed's 'type:transformer' unless
@@ -229,11 +229,11 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
             setattr(s, key, ints[key])
     s.pp_layout = choices.get("pp_layout")
     if "num_experts" in ints or s.ep > 1:
-        # Megatron's --expert-tensor-parallel-size defaults to the TP size (conventions.md 6.2).
+        # Megatron's --expert-tensor-parallel-size defaults to the TP size (docs/sources.md 6.2).
         s.etp = ints.get("etp", s.tp)
     elif "etp" in ints:
         s.etp = ints["etp"]
-    # Megatron turns --sequence-parallel off when TP is 1 (conventions.md 6.2).
+    # Megatron turns --sequence-parallel off when TP is 1 (docs/sources.md 6.2).
     s.sequence_parallel = "sequence_parallel" in flags and s.tp > 1
     if "recompute_activations" in flags:
         s.recompute = "selective"

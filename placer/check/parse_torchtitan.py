@@ -1,6 +1,6 @@
 """Read a torchtitan TOML job config (releases up to v0.2.x) into a ParsedConfig.
 
-torchtitan's mesh is ``(pp, dp_replicate, dp_shard, cp, tp)`` outermost first (conventions.md
+torchtitan's mesh is ``(pp, dp_replicate, dp_shard, cp, tp)`` outermost first (docs/sources.md
 7.2), i.e. placer's order ``tp-cp-dp-pp`` with dp = dp_replicate x dp_shard. ``dp_shard = -1``
 takes the ranks the other degrees leave, so dp stays unset and is derived from the world size.
 """

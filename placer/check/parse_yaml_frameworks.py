@@ -25,7 +25,7 @@ from placer.mesh import parse_order
 from placer.spec.model import Model
 from placer.spec.presets import validated
 
-# Megatron's rank order, which both NeoX (its Megatron topology) and NeMo use (conventions.md 6.1)
+# Megatron's rank order, which both NeoX (its Megatron topology) and NeMo use (docs/sources.md 6.1)
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 # GPT-NeoX's default pipeline partitioning (neox_args.py: pipe_partition_method)
 NEOX_DEFAULT_PARTITION = "type:transformer|mlp"

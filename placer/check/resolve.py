@@ -327,7 +327,7 @@ def deepspeed_partition(num_layers: int, pp: int, method: str
 
 
 def _virtual_stages(model: Model | None, pp: int, per_stage: int) -> tuple[int, str | None]:
-    """Megatron's vpp from --num-layers-per-virtual-pipeline-stage (conventions.md 6.3)."""
+    """Megatron's vpp from --num-layers-per-virtual-pipeline-stage (docs/sources.md 6.3)."""
     if model is None:
         return 1, None
     per_rank, rest = divmod(model.num_layers, pp)
@@ -524,7 +524,7 @@ def _placed_from_rank_map(ctx: _Context, grid: MeshGrid, candidate: PlanCandidat
 
 def torchrun_numbering(used: set[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
     """(node, gpu) -> (rank, local rank) as torchrun's static rendezvous numbers the used GPUs:
-    nodes in order, each a contiguous block, local ranks in ascending GPU order (conventions.md
+    nodes in order, each a contiguous block, local ranks in ascending GPU order (docs/sources.md
     1.3; the launcher sets CUDA_VISIBLE_DEVICES to the node's used GPUs ascending)."""
     numbering: dict[tuple[int, int], tuple[int, int]] = {}
     per_node: dict[int, int] = {}

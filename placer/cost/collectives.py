@@ -1,7 +1,7 @@
 """Time of one NCCL collective over one process group, from the group's links.
 
 Each collective is ``latency + bytes x factor / bus bandwidth`` with the nccl-tests bus-bandwidth
-factors (conventions.md 4): all-reduce ``2(n-1)/n``; all-gather, reduce-scatter and all-to-all
+factors (docs/sources.md 4): all-reduce ``2(n-1)/n``; all-gather, reduce-scatter and all-to-all
 ``(n-1)/n`` of the *total* buffer; send/recv 1. Bus bandwidth is the link's line rate times the
 efficiency NCCL reaches on it (placer/cost/profile.py), or a measured link profile's figure.
 
@@ -181,7 +181,7 @@ def all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration) -> Collec
     """All-to-all where each rank sends a ``rank_bytes`` buffer split among all ranks.
 
     Peers on the same node are reached over NVLink/PCIe and the rest over the GPU's own NIC
-    share: all-to-all "cannot aggregate the bandwidth of multiple NICs" (conventions.md 4).
+    share: all-to-all "cannot aggregate the bandwidth of multiple NICs" (docs/sources.md 4).
     """
     n = link.size
     if n <= 1 or rank_bytes <= 0:

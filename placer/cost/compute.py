@@ -4,7 +4,7 @@ FLOPs count a matrix product of (m x k)(k x n) as 2mkn. Two conventions are kept
 
 * *model FLOPs* (for MFU and ``tflops_per_gpu``): forward + backward = 3 x forward, attention
   over the full (non-causal) s x s square, as in Narayanan et al. 2021 and PaLM's MFU; no
-  recomputation. For GPT shapes this is ``72 B s l h^2 (1 + s/6h + V/12lh)`` (conventions.md 9.3).
+  recomputation. For GPT shapes this is ``72 B s l h^2 (1 + s/6h + V/12lh)`` (docs/sources.md 9.3).
 * *executed work* (for time): causal attention does half the score blocks, fused attention's
   backward costs 2.5x its forward (FlashAttention-2, Dao 2023, section 3.1: five matmuls against
   two), and recomputation repeats forward work.
@@ -50,7 +50,7 @@ MOE_SORT_PASSES = 4
 MOE_ROUTER_PASSES = 3
 ROUTER_LOGIT_BYTES = 4
 # Adam step per sharded parameter: read+write fp32 master, m and v (24 B), read the fp32 gradient
-# (4 B), write the bf16 weight (2 B) -- the bf16 recipe of conventions.md 9.1.
+# (4 B), write the bf16 weight (2 B) -- the bf16 recipe of docs/sources.md 9.1.
 OPTIMIZER_BYTES_PER_PARAM = 30
 
 

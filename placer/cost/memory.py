@@ -1,7 +1,7 @@
 """Peak memory per GPU: weights, gradients, optimizer state, activations, buffers, overheads.
 
 Every pipeline stage is costed and the worst one is reported. Activations follow Korthikanti et
-al. 2022 (arXiv:2205.05198, Table 2; conventions.md 9.2), generalised to grouped-query attention,
+al. 2022 (arXiv:2205.05198, Table 2; docs/sources.md 9.2), generalised to grouped-query attention,
 gated MLPs, any FFN width, context parallelism and mixture-of-experts layers. Attention is
 fused (flash attention) by default, so the ``5as/h`` score and softmax terms are not stored;
 ``CostOptions(flash_attention=False)`` restores them, and selective recomputation drops them.
@@ -40,7 +40,7 @@ from placer.spec.results import MemoryBreakdown
 # (pytorch#28394), ~0.3 GB with lazy loading (pytorch#107667); cuBLAS/cuDNN/TE workspaces and
 # the caching allocator's own blocks take the rest of this allowance.
 FRAMEWORK_BASE_BYTES = 1 << 30
-# NCCL buffers per communicator: NCCL_BUFFSIZE 4 MiB (conventions.md 3) per peer direction, two
+# NCCL buffers per communicator: NCCL_BUFFSIZE 4 MiB (docs/sources.md 3) per peer direction, two
 # peers on a ring, up to 32 channels: 4 MiB x 2 x 32 = 256 MiB.
 NCCL_BYTES_PER_COMMUNICATOR = 4 * 2**20 * 2 * 32
 # Allocator fragmentation: the share of reserved memory the caching allocator cannot hand out.
@@ -50,7 +50,7 @@ NCCL_BYTES_PER_COMMUNICATOR = 4 * 2**20 * 2 * 32
 # those, not to weights and optimizer state allocated once.
 FRAGMENTATION_FRACTION = 0.15
 # Output logits and cross-entropy: the forward keeps 4 bytes per vocabulary entry per token (the
-# fp32 softmax or log-softmax, as in Megatron's estimator, 4*s*b*V, conventions.md 9.2); the
+# fp32 softmax or log-softmax, as in Megatron's estimator, 4*s*b*V, docs/sources.md 9.2); the
 # peak comes in the loss backward. Megatron's vocab-parallel cross-entropy
 # (megatron/core/tensor_parallel/cross_entropy.py) works in place on the fp32 logits and turns
 # the saved softmax into the gradient, which is cast to bf16 for the output layer: 4 + 2 bytes.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # token count. Switch Transformer and GShard train with an expert capacity factor of 1.25
 # (Fedus et al. 2021, arXiv:2101.03961, section 2.2); dropless routing behaves similarly.
 MOE_LOAD_IMBALANCE = 1.25
-# DeepSpeed ZeRO-3 defaults (deepspeed/runtime/zero/config.py; conventions.md 7.1): parameters
+# DeepSpeed ZeRO-3 defaults (deepspeed/runtime/zero/config.py; docs/sources.md 7.1): parameters
 # are fetched per submodule, at most ``stage3_max_live_parameters`` held at once beyond the one
 # in use, ``stage3_prefetch_bucket_size`` fetched ahead, and gradients reduce-scattered from a
 # ``reduce_bucket_size`` buffer.

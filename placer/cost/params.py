@@ -1,6 +1,6 @@
 """Parameter counts of a decoder-only transformer, and how pipeline stages split its layers.
 
-Counts follow Megatron's estimator (conventions.md section 9.1): attention ``h x d x (2a + 2g)``
+Counts follow Megatron's estimator (docs/sources.md section 9.1): attention ``h x d x (2a + 2g)``
 for query/output projections of ``a`` heads and key/value projections of ``g`` groups, an MLP of
 2 (plain) or 3 (gated) ``h x ffn`` matrices, two RMS/LayerNorm weight vectors per layer, a
 ``V x h`` embedding and, unless tied, a ``V x h`` output layer. Biases are left out (under 0.1 %).
@@ -145,7 +145,7 @@ def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams
     """Per-GPU parameters of a stage: dense weights over tp, experts over ep x etp (cached).
 
     The first stage holds the embedding; the last holds the output layer, which with tied
-    embeddings and pp > 1 is a second copy Megatron keeps in sync (conventions.md 9.1).
+    embeddings and pp > 1 is a second copy Megatron keeps in sync (docs/sources.md 9.1).
     """
     dense_layers = shape.layers - shape.moe_layers
     dense = (shape.layers * attention_params(model) + dense_layers * dense_mlp_params(model)

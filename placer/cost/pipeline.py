@@ -57,7 +57,7 @@ def microbatches_in_flight(layout: Layout, stage: int, num_microbatches: int) ->
     """Micro-batches whose activations rank ``stage`` holds at its peak, in units of its layers.
 
     Interleaved (Megatron): rank r runs ``2(p - r - 1) + (v - 1)p`` warm-up chunks plus one, each
-    1/v of its layers, which for r = 0 is Megatron's ``p (1 + (p - 1)/(p v))`` (conventions.md
+    1/v of its layers, which for r = 0 is Megatron's ``p (1 + (p - 1)/(p v))`` (docs/sources.md
     9.2). Other schedules: the module docstring.
     """
     p, v, m = layout.pp, layout.vpp, max(1, num_microbatches)

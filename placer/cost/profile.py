@@ -3,7 +3,7 @@
 Two kinds of constant live here, each with its source:
 
 * link efficiencies: the fraction of a link's line rate that NCCL reaches as bus bandwidth for
-  large messages, from nccl-tests results (conventions.md section 4);
+  large messages, from nccl-tests results (docs/sources.md section 4);
 * compute efficiencies per GPU family: the achievable fraction of the dense peak for large GEMMs
   and fused attention, the GEMM size that reaches half of it, and the memory traffic of the
   element-wise kernels. These are fitted by ``bench/fit_compute.py`` over every calibration row
@@ -23,18 +23,18 @@ from placer.spec.profile import GemmProfile, LinkMeasurement, LinkProfile
 
 # --- Link efficiencies (bus bandwidth / line rate, large messages) -------------------------------
 # NVLink3 (A100): 232.5 GB/s all_reduce busbw on one 8-GPU node of 300 GB/s per direction
-# [conventions.md 4: nccl-tests#175].
+# [docs/sources.md 4: nccl-tests#175].
 NVLINK3_EFFICIENCY = 232.5 / 300.0
 # NVLink4/5 (H100, H200, B200): ~365-370 GB/s ring busbw of 450 GB/s line rate
-# [conventions.md 4: nccl-tests#212, nccl#1455]; NVLink5 assumed to behave like NVLink4.
+# [docs/sources.md 4: nccl-tests#212, nccl#1455]; NVLink5 assumed to behave like NVLink4.
 NVLINK4_EFFICIENCY = 367.5 / 450.0
 # NVLink SHARP all_reduce: ~480 GB/s busbw on H100 with 450 GB/s links, i.e. above line rate
-# [conventions.md 4: nccl-tests#212, nccl-tests#290].
+# [docs/sources.md 4: nccl-tests#212, nccl-tests#290].
 NVLS_ALL_REDUCE_SPEEDUP = 480.0 / 450.0
-# PCIe: NCCL's own model counts 12 GB/s for a Gen3 x16 link of 16 GB/s [conventions.md 5.1:
+# PCIe: NCCL's own model counts 12 GB/s for a Gen3 x16 link of 16 GB/s [docs/sources.md 5.1:
 # src/graph/topo.h PCI_BW]; no nccl-tests figure was found.
 PCIE_EFFICIENCY = 12.0 / 16.0
-# InfiniBand NDR: 46-48 GB/s per 50 GB/s NIC [conventions.md 4: nccl-tests#290, #267]; HDR
+# InfiniBand NDR: 46-48 GB/s per 50 GB/s NIC [docs/sources.md 4: nccl-tests#290, #267]; HDR
 # A100 nodes reach 192 GB/s over 8 x 25 GB/s (0.96) [nccl#812]; we use the NDR figure.
 NETWORK_EFFICIENCY = 47.0 / 50.0
 
@@ -51,7 +51,7 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
                         half_efficiency_flops=1.37e10, attention_efficiency=0.202),
 }
 # GPUs built on one die share their efficiency constants; their peaks and HBM bandwidth come from
-# the GPU catalogue. H200 is H100's GH100 die with more and faster HBM [conventions.md 5.3];
+# the GPU catalogue. H200 is H100's GH100 die with more and faster HBM [docs/sources.md 5.3];
 # GB200's GPUs are B200 dies in a Grace-Blackwell superchip at a higher power limit.
 CONSTANT_FAMILY = {"H200": "H100", "GB200": "B200"}
 # Families without fitted constants borrow the nearest measured one (an assumption, to be

@@ -7,7 +7,7 @@ pp or cp > 1 has a data-parallel size below the world, so a config that states
 ``train_batch_size`` passes with an mpu and fails in a plain ``deepspeed.initialize``. For those
 plans placer leaves ``train_batch_size`` out: DeepSpeed derives it from the other two and the
 data-parallel size it sees, so the file is accepted both ways and every rank runs the plan's
-micro-batches (conventions.md 7.1).
+micro-batches (docs/sources.md 7.1).
 """
 
 from __future__ import annotations

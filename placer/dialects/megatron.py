@@ -1,6 +1,6 @@
 """Megatron-LM's command line: the flags placer writes and reads, and the rules of each release.
 
-Flag names are those of Megatron-LM's ``megatron/training/arguments.py`` (conventions.md 6.2).
+Flag names are those of Megatron-LM's ``megatron/training/arguments.py`` (docs/sources.md 6.2).
 The megatron-core wheel holds ``megatron/core`` only, not ``training/arguments.py``, so the
 argument rules placer relies on are written here as placer's own version rules, each citing the
 line of ``arguments.py`` it was read from (NVIDIA/Megatron-LM tags ``core_v0.13.1`` ea651a3,
@@ -24,7 +24,7 @@ TARGET = Target("megatron", "Megatron-LM", ("0.13", "0.14", "0.15", "0.16"), "0.
 FILE = "megatron_args.sh"
 
 # Megatron's two rank orders (megatron/training/initialize.py passes order='tp-cp-ep-dp-pp', or
-# 'tp-cp-ep-pp-dp' with --use-tp-pp-dp-mapping; conventions.md 6.1).
+# 'tp-cp-ep-pp-dp' with --use-tp-pp-dp-mapping; docs/sources.md 6.1).
 TP_PP_DP_FLAG = "--use-tp-pp-dp-mapping"
 ORDERS = (RankOrder("tp-cp-ep-dp-pp"), RankOrder("tp-cp-ep-pp-dp", TP_PP_DP_FLAG))
 
@@ -71,9 +71,9 @@ BOOL_FLAGS = {
     "untie-embeddings-and-output-weights": "untie",
     "recompute-activations": "recompute_activations",
 }
-# Megatron's explicit per-stage layer layout (conventions.md 6.2, "Uneven PP").
+# Megatron's explicit per-stage layer layout (docs/sources.md 6.2, "Uneven PP").
 LAYOUT_FLAG = "pipeline-model-parallel-layout"
-# ZeRO stage each --data-parallel-sharding-strategy amounts to (conventions.md 6.2).
+# ZeRO stage each --data-parallel-sharding-strategy amounts to (docs/sources.md 6.2).
 SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 # Megatron-FSDP with full sharding (ZeRO-3) checkpoints only in this format: core_v0.14.0
 # arguments.py L638, core_v0.15.3 L718, core_v0.16.1 L690 ("Megatron FSDP only supports
@@ -99,7 +99,7 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
 
 
 def args(placed: Placed) -> list[tuple[str, ...]]:
-    """Megatron-LM flags as (flag, value...) tuples, in a stable order (conventions.md 6.2)."""
+    """Megatron-LM flags as (flag, value...) tuples, in a stable order (docs/sources.md 6.2)."""
     layout, plan = placed.layout, placed.plan
     out: list[tuple[str, ...]] = [
         ("--tensor-model-parallel-size", str(layout.tp)),
@@ -142,7 +142,7 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
 
 
 def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
-    """Flags for the plan's uneven pipeline split (conventions.md 6.2, "Uneven PP").
+    """Flags for the plan's uneven pipeline split (docs/sources.md 6.2, "Uneven PP").
 
     First/last-stage counts when the middle stages are even; otherwise an explicit layout with
     one ``|``-separated segment per stage (E = embedding, t = transformer layer, L = loss).

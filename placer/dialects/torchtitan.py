@@ -1,7 +1,7 @@
 """torchtitan's job config: the TOML of releases 0.1-0.2 and the Python config of 0.3.
 
 Field names are torchtitan's ``JobConfig`` / ``ParallelismConfig`` dataclass fields
-(conventions.md 7.2). torchtitan's mesh is ``(pp, dp_replicate, dp_shard, cp, tp)`` outermost
+(docs/sources.md 7.2). torchtitan's mesh is ``(pp, dp_replicate, dp_shard, cp, tp)`` outermost
 first, i.e. placer's order ``tp-cp-dp-pp`` with dp = dp_replicate x dp_shard.
 
 Version rules, read from the released packages (pytorch/torchtitan on PyPI):
@@ -134,7 +134,7 @@ def stage_chunks(placed: Placed, version: str) -> list[list[str]] | None:
 
 
 def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
-    """torchtitan sections and keys for ``version`` (conventions.md 7.2)."""
+    """torchtitan sections and keys for ``version`` (docs/sources.md 7.2)."""
     layout, job = placed.layout, placed.plan.job
     if layout.zero_stage == 0:
         replicate, shard, reshard = layout.dp, 1, "default"

@@ -3,7 +3,7 @@
 Only NCCL's "system configuration" variables and torch's process-group settings are emitted by
 default; NCCL's "debugging" variables (ALGO, PROTO, NVLS_ENABLE, ...) carry the warning "should not
 be used in production nor retained in scripts" and appear only with ``--debug``
-(conventions.md section 3 and implication 10.4). Every line says why it is there.
+(docs/sources.md 3 and 10.4). Every line says why it is there.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from placer.launch.rankmap import Placement
 from placer.launch.shell import checked, comment_block, quote, single_quoted
 from placer.spec import GPU, Layout, NodeType
 
-# NCCL's algorithm names for the algorithms placer's cost model reports (conventions.md 3,
+# NCCL's algorithm names for the algorithms placer's cost model reports (docs/sources.md 3,
 # NCCL_ALGO); "hierarchical" has no single NCCL name and is left to NCCL.
 _NCCL_ALGO_NAMES = {"ring": "Ring", "tree": "Tree", "nvls": "NVLS", "nvlstree": "NVLSTree",
                     "pat": "PAT", "collnetdirect": "CollnetDirect",
                     "collnetchain": "CollnetChain"}
 # Blackwell parts (B100/B200/B300, GB200/GB300): Megatron drops its CUDA_DEVICE_MAX_CONNECTIONS=1
-# requirement from this architecture on (conventions.md 3).
+# requirement from this architecture on (docs/sources.md 3).
 _BLACKWELL = re.compile(r"^(G?B[1-9]\d{2}(\b|[-_])|.*blackwell)", re.IGNORECASE)
 
 
@@ -50,7 +50,7 @@ def is_blackwell_or_newer(gpu: GPU) -> bool:
 
 def _max_connections(layout: Layout, node_type: NodeType) -> EnvLine | None:
     """Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP>1 or CP>1 before Blackwell; FSDP
-    paths assert it is not 1 (conventions.md 3 and 6.3)."""
+    paths assert it is not 1 (docs/sources.md 3 and 6.3)."""
     if layout.tp == 1 and layout.cp == 1:
         return None
     if layout.zero_stage == 3:

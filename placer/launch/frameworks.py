@@ -19,7 +19,7 @@ def render_megatron_sh(placement: Placement, version: str = megatron.TARGET.defa
     layout = placement.layout
     notes = [
         f"Megatron-LM arguments for job {placement.plan.job.name}, layout {layout}, for "
-        f"Megatron-LM core_v{version}.x (flag names: Megatron-LM arguments.py, conventions.md "
+        f"Megatron-LM core_v{version}.x (flag names: Megatron-LM arguments.py, docs/sources.md "
         "6.2; --framework-version megatron=X picks another release). Use them with launch.sh:",
         "  source megatron_args.sh",
         "  PLACER_SCRIPT=pretrain_gpt.py ./launch.sh \"${MEGATRON_ARGS[@]}\" <model and data "

@@ -1,12 +1,12 @@
 """From a plan's candidate to torchrun's ranks, and the ``rankmap.json`` document.
 
 torchrun with the static rendezvous numbers ranks node by node: ``rank = (ranks on lower nodes)
-+ local_rank`` (conventions.md 1.3), and local rank ``i`` runs on the ``i``-th device of the
++ local_rank`` (docs/sources.md 1.3), and local rank ``i`` runs on the ``i``-th device of the
 node's ``CUDA_VISIBLE_DEVICES``, which placer sets to the node's used GPUs in ascending order
 (failed or excluded GPUs are left out). The plan's placement, a grid coordinate per physical GPU,
 is therefore a permutation between grid points (logical indices of ``MeshGrid``) and torchrun
 ranks; ``rankmap.json`` carries it as the explicit DeviceMesh ``mesh`` tensor that placer_mesh.py
-builds its groups from (conventions.md 1.4, option 4).
+builds its groups from (docs/sources.md 1.4, option 4).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 All three run the same ``launch.sh`` once per node, so the node-rank logic, the per-node process
 counts and ``CUDA_VISIBLE_DEVICES`` live in one place. The static rendezvous with an explicit node
-rank is used because torchrun's c10d rendezvous orders nodes by host name (conventions.md 1.3),
+rank is used because torchrun's c10d rendezvous orders nodes by host name (docs/sources.md 1.3),
 which would hand a node another node's rank block.
 """
 
@@ -18,7 +18,7 @@ from placer.mesh import order_text
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SCRIPT = "train.py"
-# Kubeflow Training Operator v1 constants (conventions.md 2.2).
+# Kubeflow Training Operator v1 constants (docs/sources.md 2.2).
 KUBEFLOW_CONTAINER = "pytorch"
 KUBEFLOW_PORT_NAME = "pytorchjob-port"
 KUBEFLOW_MOUNT = "/placer"

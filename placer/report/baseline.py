@@ -35,7 +35,7 @@ from placer.spec.recipe import Recipe, published_recipes
 from placer.spec.results import Estimate
 
 EstimateFn = Callable[..., Estimate]
-TP_CAP = 8  # TP=8 inside a DGX/HGX node: the Megatron-LM recipes (conventions.md section 10.1)
+TP_CAP = 8  # TP=8 inside a DGX/HGX node: the Megatron-LM recipes (docs/sources.md section 10.1)
 CP_TOKENS_PER_RANK = 8192  # Llama 3 long context: 131,072 tokens at CP=16 (Dubey et al., Table 4)
 CP_FROM_TOKENS = 16384  # no published recipe uses CP > 2 below 16K tokens (recipes.yaml)
 RECIPE_SIZE_RATIO = 2.0  # a recipe transfers to models within 2x of its parameter count

@@ -31,7 +31,7 @@ scripts go up to 16, published-runs.json); bigger ones only add activation memor
 
 VPP_CAP = 16
 """Most virtual stages per pipeline rank tried; Megatron's interleaved runs use 2-8 and every
-extra stage adds a point-to-point exchange per micro-batch (conventions.md 6.2)."""
+extra stage adds a point-to-point exchange per micro-batch (docs/sources.md 6.2)."""
 
 DP_CHOICES_IRREGULAR = 2
 """On clusters that cannot use every healthy GPU, how many of the largest valid DP degrees are

@@ -2,7 +2,7 @@
 
 The calibration command writes one of these from real collectives on the user's cluster; the cost
 model then uses it in place of its preset constants. Every figure is what nccl-tests calls *bus
-bandwidth* (conventions.md section 4): the per-rank rate an algorithm moves data at, so that
+bandwidth* (docs/sources.md section 4): the per-rank rate an algorithm moves data at, so that
 ``time = latency + bytes x factor / bandwidth`` with the nccl-tests factor of the collective
 (all-reduce ``2(n-1)/n``; all-gather, reduce-scatter and all-to-all ``(n-1)/n``; send/recv 1).
 

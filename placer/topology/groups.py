@@ -12,7 +12,7 @@ Two GPUs in one NVLink domain: NVLink line rate. Otherwise the hop is PCIe:
 - different switches: the flows through each switch's single x16 uplink share it;
 - different CPU sockets (SYS): the flows crossing sockets in that direction also share one
   inter-socket link, modelled at the node's PCIe x16 rate.
-So SYS <= PHB <= PIX (the order of ``nvidia-smi topo -m`` and NCCL's path types, conventions.md
+So SYS <= PHB <= PIX (the order of ``nvidia-smi topo -m`` and NCCL's path types, docs/sources.md
 8.1 and 5.1). We found no sourced inter-socket rate, so the SYS link is not given a lower line rate
 of its own; it is lower only through sharing.
 
@@ -370,7 +370,7 @@ def ring_of(a: Analysis) -> tuple[float, float, str]:
 
     A network step out of an island gets the island's total share: NCCL runs one ring channel
     per NIC, so the ring across islands is bounded by NICs per node x per-NIC rate
-    (conventions.md section 4, derived rule).
+    (docs/sources.md section 4, derived rule).
     """
     if a.size == 1:
         return math.inf, 0.0, "local"

@@ -20,18 +20,18 @@ class GpuLinks:
     """The GPU's x16 PCIe link, one direction."""
 
 
-# conventions.md 5.1: NVLink3 (A100) is 12 links, 600 GB/s per GPU both directions; NVLink4
+# docs/sources.md 5.1: NVLink3 (A100) is 12 links, 600 GB/s per GPU both directions; NVLink4
 # (H100/H200) is 18 links, 900 GB/s; NVLink5 (B200) is 18 links, 1.8 TB/s. Per link per direction:
 # 600e9 / 12 / 2 = 25 GB/s, 900e9 / 18 / 2 = 25 GB/s, 1.8e12 / 18 / 2 = 50 GB/s.
 NVLINK3 = (3, 12, 600e9 / 12 / 2)
 NVLINK4 = (4, 18, 900e9 / 18 / 2)
 NVLINK5 = (5, 18, 1.8e12 / 18 / 2)
 NO_NVLINK = (None, 0, 0.0)
-# conventions.md 5.1: PCIe Gen4 x16 32 GB/s per direction (A100), Gen5 x16 64 GB/s (H100).
+# docs/sources.md 5.1: PCIe Gen4 x16 32 GB/s per direction (A100), Gen5 x16 64 GB/s (H100).
 PCIE_GEN4_X16_BYTES_PER_S = 32e9
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
 # x16 rate per direction by signalling rate in NCCL XML's link_speed ("16.0 GT/s PCIe"): Gen4 and
-# Gen5 from conventions.md 5.1; Gen3 (8 GT/s) half of Gen4 and Gen6 (64 GT/s) twice Gen5 [derived].
+# Gen5 from docs/sources.md 5.1; Gen3 (8 GT/s) half of Gen4 and Gen6 (64 GT/s) twice Gen5 [derived].
 PCIE_X16_BYTES_PER_S_BY_GTS = {8.0: 16e9, 16.0: 32e9, 32.0: 64e9, 64.0: 128e9}
 
 GPU_LINKS: dict[str, GpuLinks] = {
@@ -46,7 +46,7 @@ GPU_LINKS: dict[str, GpuLinks] = {
     "L40S": GpuLinks(89, *NO_NVLINK, PCIE_GEN4_X16_BYTES_PER_S),
 }
 
-# conventions.md 8.3: sm is 80 (A100), 90 (H100/H200), 100 (B200). Memory size is not in the file,
+# docs/sources.md 8.3: sm is 80 (A100), 90 (H100/H200), 100 (B200). Memory size is not in the file,
 # so the catalog GPU with the larger memory is the guess; GB200 when the GPU has a C2C link.
 GPU_BY_SM = {80: "A100-80GB", 90: "H100-SXM-80GB", 100: "B200"}
 GRACE_GPU_BY_SM = {100: "GB200"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Best first (conventions.md 8.1): one PCIe bridge, several bridges, a host bridge, host bridges
+# Best first (docs/sources.md 8.1): one PCIe bridge, several bridges, a host bridge, host bridges
 # inside one NUMA node, across NUMA nodes.
 PCIE_RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 SAME_SWITCH = frozenset({"PIX", "PXB"})

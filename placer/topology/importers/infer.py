@@ -28,7 +28,7 @@ from placer.topology.importers.gpu_links import GPU_BY_SM, GRACE_GPU_BY_SM, GpuL
 from placer.topology.importers.host import SAME_NUMA, SAME_SWITCH, HostTopology
 
 # Used when the file gives no NIC rate (nvidia-smi topo -m never does): NDR InfiniBand, the rate
-# of DGX H100/B200 compute ports (conventions.md 5.1-5.2).
+# of DGX H100/B200 compute ports (docs/sources.md 5.1-5.2).
 DEFAULT_NIC_RATE_GBPS = 400.0
 
 

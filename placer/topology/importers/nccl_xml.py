@@ -1,4 +1,4 @@
-"""Parse an NCCL topology dump (``NCCL_TOPO_DUMP_FILE``, conventions.md 8.3) into a
+"""Parse an NCCL topology dump (``NCCL_TOPO_DUMP_FILE``, docs/sources.md 8.3) into a
 ``HostTopology``.
 
 ``<cpu numaid>`` elements hold a tree of ``<pci>`` bridges and devices; a GPU is a ``<pci>`` with
@@ -18,7 +18,7 @@ from placer.topology.importers.gpu_links import PCIE_X16_BYTES_PER_S_BY_GTS
 from placer.topology.importers.host import HostNic, HostTopology
 
 FORMAT = "NCCL topology XML"
-NVSWITCH_CLASS = "0x068000"  # tclass of an NVLink to an NVSwitch (conventions.md 8.3)
+NVSWITCH_CLASS = "0x068000"  # tclass of an NVLink to an NVSwitch (docs/sources.md 8.3)
 MULTI_NODE_TARGET = "fffffff:ff:ff.0"  # NVLink through the rack's switch trays (GB200/GB300)
 INFINIBAND_CLASS_PREFIX = "0x0207"
 GPU_CLASS_PREFIX = "0x03"

@@ -1,4 +1,4 @@
-"""Parse ``nvidia-smi topo -m`` output (conventions.md 8.1-8.2) into a ``HostTopology``.
+"""Parse ``nvidia-smi topo -m`` output (docs/sources.md 8.1-8.2) into a ``HostTopology``.
 
 The matrix starts at the header line whose first cell is ``GPU0``; its columns are the GPUs, then
 the NICs (``NIC0``.. in newer drivers, ``mlx5_0``.. in older ones), then affinity columns (``CPU
@@ -24,7 +24,7 @@ DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
 CELL_ALIASES = {"SOC": "SYS"}
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 LEGEND_ENTRY = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*([A-Za-z0-9][A-Za-z0-9._+-]*)\s*$")
-# The compact form used in conventions.md 8.2 (a): "NIC0..NIC9 = mlx5_0..mlx5_9".
+# The compact form used in docs/sources.md 8.2 (a): "NIC0..NIC9 = mlx5_0..mlx5_9".
 LEGEND_RANGE = re.compile(
     r"NIC([0-9]+)\.\.NIC([0-9]+)\s*=\s*([A-Za-z][A-Za-z0-9_]*?)([0-9]+)\.\.\3([0-9]+)"
 )

@@ -3,7 +3,7 @@
 Runs inside torchrun processes. It imports only torch and the standard library, so a worker is a
 faithful test of the launch environment (the same imports a user's training script makes).
 
-Message sizes follow nccl-tests (conventions.md section 4): ``nbytes`` is the all-reduce buffer,
+Message sizes follow nccl-tests (docs/sources.md section 4): ``nbytes`` is the all-reduce buffer,
 the all-gather *output*, the reduce-scatter *input*, the all-to-all per-rank buffer, and the
 send/recv message.
 """
