@@ -212,7 +212,7 @@ def test_conflicting_constraints_are_named() -> None:
 def test_nvlink_rule_is_named_when_it_is_what_blocks() -> None:
     job = Job(seq_len=4096, global_batch_size=64, constraints=["tp>=16"])
     with pytest.raises(InfeasibleError, match="NVLink domain of 8"):
-        recommend(model_preset("llama3-70b"), _cluster(2), job)
+        recommend(model_preset("llama3-70b"), _cluster(4), job)
 
 
 def test_memory_is_named_when_every_layout_runs_out() -> None:
