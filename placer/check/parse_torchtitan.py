@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
+from placer.check.torchtitan_flavors import flavor_model
 from placer.dialects import torchtitan
 from placer.errors import PlacerError
 from placer.mesh import parse_order
@@ -140,8 +141,12 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     parsed.model_ref = preset_for(model)
     if "model.flavor" in where:
         parsed.lines["model"] = where["model.flavor"]
+    if parsed.model_ref is None:
+        parsed.model = flavor_model(str(model.get("name", "")), str(model.get("flavor", "")))
     if parsed.model_ref:
         parsed.notes.append(f"model from [model] name/flavor: preset {parsed.model_ref}")
+    elif parsed.model is not None:
+        parsed.notes.append(f"model from [model] name/flavor: torchtitan's {parsed.model.name}")
     elif model.get("name") or model.get("flavor"):
         parsed.model_problem = (f"[model] name = {model.get('name')!r}, flavor = "
                                 f"{model.get('flavor')!r} is not a model placer knows")

@@ -19,6 +19,7 @@ from typing import Any
 
 from placer.check.parse_torchtitan import TORCHTITAN_ORDER, fsdp_zero_stage, preset_for
 from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
+from placer.check.torchtitan_flavors import flavor_model
 from placer.dialects import torchtitan
 from placer.errors import PlacerError
 from placer.mesh import parse_order
@@ -210,9 +211,11 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
     parsed.global_batch_size = gbs if isinstance(gbs, int) and gbs > 0 else None
     parsed.model_ref = preset_for({"name": model_name or "", "flavor": reader.flavor or ""})
     if parsed.model_ref is None:
+        parsed.model = flavor_model(model_name or "", reader.flavor or "")
+    if parsed.model_ref is None and parsed.model is None:
         parsed.model_problem = (f"torchtitan model {model_name!r} flavor {reader.flavor!r} is "
                                 "not a model placer knows")
     else:
-        parsed.notes.append(f"model from torchtitan {model_name} {reader.flavor}: preset "
-                            f"{parsed.model_ref}")
+        parsed.notes.append(f"model from torchtitan {model_name} {reader.flavor}: "
+                            f"{parsed.model_ref or 'torchtitan flavor table'}")
     return parsed
