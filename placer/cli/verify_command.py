@@ -407,7 +407,6 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
                  save_profile: Path | None) -> None:
     """``verify --real-model``: the candidates' models, for a few steps each; with
     ``--calibrate`` the profile's GEMM efficiency is refitted from their step times."""
-    from placer.verify.output import feedback_document
     from placer.verify.realmodel import (
         real_document,
         real_line,
@@ -435,9 +434,7 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
             keep[0] = True
             _say(f"logs of the failed candidates are in {folder}", as_json)
         fb = refit_real(plan, profile, results) if options.refit and profile else None
-        doc = real_document(str(plan_path), launcher.description, options.steps, results)
-    if fb is not None:
-        doc["calibration"] = feedback_document(fb)
+        doc = real_document(str(plan_path), launcher.description, options.steps, results, fb)
     if out_path is not None:
         _write_json(out_path, doc)
     if as_json:

@@ -302,3 +302,83 @@ class VerifyResults(Ranking):
     max_abs_relative_error: float | None = None
     after_calibration: RankingAfterRefit | None = None
     calibration: Calibration | None = None
+
+
+# ----- placer verify --real-model: the model worker's config and the results -------------------
+
+REAL_MODEL_FORMAT = "placer-real-model/1"
+VERIFY_REAL_MODEL_FORMAT = "placer-verify-real-model/1"
+
+
+class RealModelShape(Output):
+    """The architecture the model worker builds (placer/verify/workers/model.py)."""
+
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    ffn_hidden_size: int = Field(ge=1)
+    gated_mlp: bool
+    vocab_size: int = Field(ge=1)
+    tied_embeddings: bool
+    moe: dict[str, Any] | None = Field(description="the model file's moe section")
+    moe_layers: list[int] = Field(description="indices of the MoE layers")
+
+
+class RealModelConfig(Output):
+    """verify --real-model's model.json: what each rank trains, with which layout."""
+
+    format: Literal["placer-real-model/1"] = REAL_MODEL_FORMAT
+    job_dir: str = Field(description="the candidate's launch folder (rankmap.json)")
+    backend: str
+    timeout_s: float
+    steps: int = Field(ge=1)
+    warmup_steps: int = Field(ge=0)
+    model: RealModelShape
+    layout: Layout
+    chunks: list[int] = Field(description="decoder layers of every virtual pipeline stage")
+    schedule: str
+    seq_len: int = Field(ge=1)
+    microbatches: int = Field(ge=1, description="per data-parallel rank and step")
+    tokens_per_step: int = Field(ge=1)
+    optimizer: dict[str, Any] = Field(description="the job's optimizer (bytes per parameter)")
+    device_memory_bytes: int = Field(ge=1, description="on CPU: where a rank runs out of memory")
+
+
+class RealModelCandidate(Output):
+    index: int = Field(ge=0)
+    layout_text: str
+    mesh_order: str
+    status: Literal["ok", "oom", "failed", "timeout", "skipped"]
+    device: str
+    predicted_step_s: float | None
+    measured_step_s: float | None
+    measured_steps_s: list[float]
+    tokens_per_s: float | None
+    predicted_memory_bytes: int | None = Field(
+        description="placer's peak less CUDA context/NCCL and fragmentation (eager PyTorch)")
+    predicted_memory_parts_bytes: dict[str, int]
+    peak_allocated_bytes: int | None = Field(
+        description="the worst rank's peak: max_memory_allocated on GPUs, live bytes on CPU")
+    peak_reserved_bytes: int | None
+    static_bytes: int | None = Field(description="the worst rank's weights + optimizer state")
+    worst_rank: int | None
+    memory_relative_error: float | None = Field(description="(predicted - measured) / measured")
+    wall_s: float
+    predicted_compute_s: float
+    after_refit_predicted_step_s: float | None
+    error: str | None = None
+
+
+class RealModelResults(Output):
+    """``placer verify --real-model --json`` / ``--out``."""
+
+    format: Literal["placer-verify-real-model/1"] = VERIFY_REAL_MODEL_FORMAT
+    plan: str
+    launcher: str
+    steps: int
+    compared_memory: str
+    candidates: list[RealModelCandidate]
+    max_abs_memory_relative_error: float | None
+    calibration: Calibration | None = None

@@ -27,6 +27,13 @@ from placer.cost.options import CostOptions
 from placer.errors import PlacerError
 from placer.launch import placement_of, write_launch_files
 from placer.mesh import order_text, parse_order
+from placer.spec.documents import (
+    REAL_MODEL_FORMAT,
+    VERIFY_REAL_MODEL_FORMAT,
+    RealModelConfig,
+    RealModelResults,
+    document,
+)
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
@@ -37,7 +44,6 @@ from placer.verify.runner import Launcher
 from placer.verify.session import check_shape, slots_of
 
 WORKER = Path(__file__).resolve().parent / "workers" / "model.py"
-MODEL_FORMAT = "placer-real-model/1"
 EAGER = CostOptions(fused_kernels=False)
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 
@@ -75,8 +81,8 @@ def worker_config(plan: Plan, index: int, job_dir: Path, steps: int, warmup_step
     """What workers/model.py reads besides the rank map."""
     model, job = plan.model, plan.job
     layout = plan.candidates[index].layout
-    return {
-        "format": MODEL_FORMAT, "job_dir": str(job_dir), "backend": "auto",
+    return document(RealModelConfig, {
+        "format": REAL_MODEL_FORMAT, "job_dir": str(job_dir), "backend": "auto",
         "timeout_s": max(60.0, timeout_s), "steps": steps, "warmup_steps": warmup_steps,
         "model": {
             "num_layers": model.num_layers, "hidden_size": model.hidden_size,
@@ -96,7 +102,7 @@ def worker_config(plan: Plan, index: int, job_dir: Path, steps: int, warmup_step
         "optimizer": job.optimizer.model_dump(mode="json"),
         # On CPU the live-bytes tracker stops at the planned GPU's memory, as the GPU would.
         "device_memory_bytes": placement_of(plan, index).nodes[0].node_type.gpu.memory_bytes,
-    }
+    })
 
 
 @dataclass(frozen=True)
@@ -312,15 +318,22 @@ def real_line(r: RealResult) -> str:
     return line
 
 
-def real_document(plan_source: str, launcher: str, steps: int, results: list[RealResult]
-                  ) -> dict[str, Any]:
+def real_document(plan_source: str, launcher: str, steps: int, results: list[RealResult],
+                  fb: Feedback | None = None) -> dict[str, Any]:
+    """The --real-model results (validated by spec/documents.py's RealModelResults)."""
+    from placer.verify.output import feedback_document
+
     errors = [abs(e) for r in results if (e := r.memory_error) is not None and r.status == "ok"]
-    return {"format": "placer-verify-real-model/1", "plan": plan_source, "launcher": launcher,
-            "steps": steps, "compared_memory": (
-                "CPU: live tensor bytes vs placer's total less framework and fragmentation; "
-                "GPU: max_memory_allocated vs the same"),
-            "candidates": [r.document() for r in results],
-            "max_abs_memory_relative_error": max(errors) if errors else None}
+    doc: dict[str, Any] = {
+        "format": VERIFY_REAL_MODEL_FORMAT, "plan": plan_source, "launcher": launcher,
+        "steps": steps, "compared_memory": (
+            "CPU: live tensor bytes vs placer's total less framework and fragmentation; "
+            "GPU: max_memory_allocated vs the same"),
+        "candidates": [r.document() for r in results],
+        "max_abs_memory_relative_error": max(errors) if errors else None}
+    if fb is not None:
+        doc["calibration"] = feedback_document(fb)
+    return document(RealModelResults, doc)
 
 
 def render_real(doc: dict[str, Any]) -> list[str]:
