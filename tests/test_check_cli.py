@@ -18,7 +18,7 @@ CORPUS: list[tuple[list[str], dict[str, object]]] = [
       "megatron_llama3_70b_64nodes.sh", "megatron_gpt_bad_degrees.sh", "megatron_tp8_pp3.sh",
       "prepare_data.sh", "plan_torchrun_mismatch.json", "plan_llama3_70b_oom.json",
       "megatron_tp_from_argument.sh", "torchtitan_llama3_8b_tp16.toml",
-      "torchtitan_qwen3_32b.toml"], {}),
+      "torchtitan_qwen3_unknown_flavor.toml"], {}),
     (["megatron_gpt_tp4_pcie.sh"], {"cluster": "pcie-4x-l40s.yaml"}),
     (["megatron_gpt_tp4_nvlink_pairs.sh"], {"cluster": "a100-pcie-nvlink-pairs.yaml"}),
 ]
