@@ -197,7 +197,7 @@ def test_with_nodes_on_a_mixed_cluster(run: Callable[[list[str]], tuple[int, str
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["schema", "modle"], ["'modle' is not one of 'cluster', 'job', 'layout', 'model', 'plan'"]),
+    (["schema", "modle"], ["'modle' is not one of 'bench', 'bench-config', 'check', 'cluster'"]),
     (["presets", "--yaml"], ["No such option '--yaml'"]),
     (["frobnicate"], ["No such command 'frobnicate'"]),
 ])

@@ -30,8 +30,7 @@ from placer.spec.model import Model
 from placer.spec.presets import load_model, validated
 from placer.spec.runtime import Runtime
 from placer.topology import ClusterTopology, topology_of
-
-GB = 1e9
+from placer.units import GIB
 
 
 @dataclass(frozen=True)
@@ -441,18 +440,18 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
         update={"memory_headroom": 0.0}), layout).capacity_bytes
     parts = {"weights": memory.weights_bytes, "gradients": memory.gradients_bytes,
              "optimizer": memory.optimizer_bytes, "activations": memory.activations_bytes}
-    biggest = ", ".join(f"{name} {value / GB:.1f}" for name, value in
+    biggest = ", ".join(f"{name} {value / GIB:.1f}" for name, value in
                         sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
     # cost.memory_estimate sizes capacity by the cluster's smallest GPU
     gpu = min((t.gpu for t in ctx.cluster.node_types), key=lambda g: g.capacity_bytes).name
     over = memory.total_bytes > physical
-    limit = (f"the {physical / GB:.1f} GB of {gpu}" if over else
-             f"the {memory.capacity_bytes / GB:.1f} GB usable on {gpu} with "
-             f"{job.memory_headroom:.0%} headroom (it fits the {physical / GB:.1f} GB)")
+    limit = (f"the {physical / GIB:.1f} GiB of {gpu}" if over else
+             f"the {memory.capacity_bytes / GIB:.1f} GiB usable on {gpu} with "
+             f"{job.memory_headroom:.0%} headroom (it fits the {physical / GIB:.1f} GiB)")
     return [finding(
         "memory-over-capacity",
-        f"predicted peak {memory.total_bytes / GB:.1f} GB per GPU (pipeline stage "
-        f"{memory.worst_stage}: {biggest} GB) exceeds {limit} for {ctx.model.name} at "
+        f"predicted peak {memory.total_bytes / GIB:.1f} GiB per GPU (pipeline stage "
+        f"{memory.worst_stage}: {biggest} GiB) exceeds {limit} for {ctx.model.name} at "
         f"seq_len={job.seq_len}, micro batch {layout.micro_batch_size}; shard more (zero, tp, "
         "pp) or recompute",
         ctx.parsed.path, ctx.parsed.line_of("micro_batch_size", "tp", "seq_len"),

@@ -26,8 +26,7 @@ from placer.mesh import parse_order
 from placer.spec.layout import Layout, validate_layout
 from placer.spec.pipeline import split_notes
 from placer.spec.results import Estimate
-
-GIB = 2**30
+from placer.units import GIB
 
 
 @click.command("estimate")

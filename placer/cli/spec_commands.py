@@ -17,6 +17,7 @@ from placer.spec.presets import (
     model_names,
     model_preset,
 )
+from placer.units import gib
 
 SCHEMA_NAMES = ("model", "cluster", "node", "job", "layout", "profile", "plan", "estimate",
                 "rankmap", "replay", "bench-config", "bench", "verify", "check")
@@ -57,11 +58,11 @@ def presets_command(as_json: bool) -> None:
                                "models": model_names()}, indent=2))
         return
     console = Console(width=120)
-    gpus = Table("GPU", "memory GB", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM TB/s", title="GPUs")
+    gpus = Table("GPU", "memory GiB", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM TB/s", title="GPUs")
     for name in gpu_names():
         g = gpu_preset(name)
         fp8 = f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-"
-        gpus.add_row(name, f"{g.capacity_bytes / 1e9:.0f}", f"{g.bf16_flops / 1e12:.0f}", fp8,
+        gpus.add_row(name, gib(g.capacity_bytes), f"{g.bf16_flops / 1e12:.0f}", fp8,
                      f"{g.hbm_bandwidth_bytes_per_s / 1e12:.2f}")
     clusters = Table("cluster", "GPU", "GPUs/node", "NVLink domain", "NICs/node", "description",
                      title="clusters (scale with --nodes)")
@@ -84,7 +85,7 @@ def presets_command(as_json: bool) -> None:
 
 
 @click.command("schema")
-@click.argument("kind", type=click.Choice(SCHEMA_NAMES))
+@click.argument("kind", type=click.Choice(sorted(SCHEMA_NAMES)))
 def schema_command(kind: str) -> None:
     """Print the JSON Schema of a file placer reads or writes (see SCHEMA_NAMES)."""
     click.echo(json.dumps(schemas()[kind].model_json_schema(), indent=2, sort_keys=True))

@@ -25,7 +25,6 @@ from typing import Any
 from placer.cost.params import total_params
 from placer.cost.profile import bounding_node_type
 from placer.mesh import DEFAULT_ORDER
-from placer.report.describe import gib
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem
@@ -33,6 +32,7 @@ from placer.spec.model import Model
 from placer.spec.presets import cluster_names, cluster_preset, model_names, model_preset
 from placer.spec.recipe import Recipe, published_recipes
 from placer.spec.results import Estimate
+from placer.units import gib
 
 EstimateFn = Callable[..., Estimate]
 TP_CAP = 8  # TP=8 inside a DGX/HGX node: the Megatron-LM recipes (docs/sources.md section 10.1)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from placer.spec.cluster import Cluster
 from placer.spec.layout import Layout
 
-GIB = 2**30
-
 BREAKDOWN_LABELS = {
     "compute_s": "compute",
     "recompute_s": "recomputation",
@@ -32,10 +30,6 @@ _NETWORK_NAMES = {"infiniband": "InfiniBand", "roce": "RoCE", "ethernet": "Ether
 SHAPE_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
                 "recompute", "sequence_parallel")
 """Layout fields that define its shape; ``dp`` follows from them and the GPU count."""
-
-
-def gib(value_bytes: float) -> str:
-    return f"{value_bytes / GIB:.1f}"
 
 
 def seconds(value_s: float) -> str:

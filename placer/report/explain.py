@@ -12,9 +12,7 @@ from placer.cost.validity import MODEL_ERROR
 from placer.report.baseline import RULE_TEXT, Baseline
 from placer.report.describe import (
     BREAKDOWN_LABELS,
-    GIB,
     count,
-    gib,
     layout_text,
     link_name,
     link_scope,
@@ -29,6 +27,7 @@ from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.results import Estimate
+from placer.units import GIB, gib
 
 TIE_FRACTION = 0.005
 """Step times closer than 0.5% are called a tie: below what the cost model can resolve."""

@@ -13,12 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from placer.report.baseline import Baseline
-from placer.report.describe import BREAKDOWN_SHORT, count, gib, percent, seconds
+from placer.report.describe import BREAKDOWN_SHORT, count, percent, seconds
 from placer.report.explain import change_sentences, holds_sentence
 from placer.report.plan import Recommendation
 from placer.report.whatif import WhatIf
 from placer.spec.cluster import Cluster
 from placer.spec.results import Estimate, Plan
+from placer.units import gib
 
 WIDTH = 120
 

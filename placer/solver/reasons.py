@@ -17,10 +17,7 @@ from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import layout_problem
 from placer.spec.model import Model
-
-
-def _gb(value: float) -> str:
-    return f"{value / 1e9:.1f} GB"
+from placer.units import gib_text
 
 
 def _unconstrained(job: Job) -> Job:
@@ -103,7 +100,7 @@ def memory_reason(model: Model, cluster: Cluster, job: Job, stats: TableStats) -
              "optimizer state": memory.optimizer_bytes, "activations": memory.activations_bytes}
     largest = max(parts, key=lambda k: (parts[k], k))
     return (f"no layout fits in GPU memory{constrained}: the smallest footprint "
-            f"({layout.compact()}) needs {_gb(total)} per GPU ({largest} "
-            f"{_gb(parts[largest])}) but {_gb(memory.capacity_bytes)} is usable after the "
-            f"{job.memory_headroom:.0%} headroom; use more GPUs, a shorter sequence or a "
+            f"({layout.compact()}) needs {gib_text(total)} per GPU ({largest} "
+            f"{gib_text(parts[largest])}) but {gib_text(memory.capacity_bytes)} is usable after "
+            f"the {job.memory_headroom:.0%} headroom; use more GPUs, a shorter sequence or a "
             "smaller micro-batch")
