@@ -148,11 +148,6 @@ class ActivationParts:
         return max(0.0, redo) + self.backward_working
 
 
-def _kv_heads_per_gpu(model: Model, tp: int) -> float:
-    """KV heads each TP rank holds: g/t, or one replicated head when t exceeds g."""
-    return max(model.kv_heads / tp, 1.0)
-
-
 def _mlp_inner_bytes(ffn_local: float, gated: bool, lin: int, fused: bool) -> float:
     """Per token, inside one (expert) MLP after its first linear: activation-function inputs,
     and the second linear's input. Eager SwiGLU also keeps the SiLU output and the two halves
@@ -177,8 +172,8 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     """
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
     t = layout.tp
-    rep = 1.0 / t if layout.sequence_parallel else 1.0  # tensors TP would otherwise replicate
-    kv = _kv_heads_per_gpu(model, t)
+    rep = layout.sp_replication  # of the tensors TP would otherwise replicate
+    kv = layout.kv_heads_per_gpu(model.kv_heads)
     b = BF16_BYTES
     fused = fused_kernels
     lin = FP8_BYTES if fp8 and fused else BF16_BYTES  # inputs of linear layers
@@ -232,7 +227,7 @@ def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
     moe = model.moe
     assert moe is not None
     h, t, b = model.hidden_size, layout.tp, BF16_BYTES
-    rep = 1.0 / t if layout.sequence_parallel else 1.0
+    rep = layout.sp_replication
     gate = 2 if model.gated_mlp else 1
     # Routed tokens each GPU processes per local token (experts span tp x cp x dp).
     routed = moe.top_k * layout.etp / t * imbalance
@@ -341,7 +336,7 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         worst += per_layer / tokens
     activations = per_mb * held + worst * tokens
     if shape.first:
-        mask = model.hidden_size * (1.0 / layout.tp if layout.sequence_parallel else 1.0)
+        mask = model.hidden_size * layout.sp_replication
         per_token = EMBEDDING_ID_BYTES_PER_TOKEN + (mask if model.hidden_dropout > 0 else 0.0)
         activations += held * tokens * per_token
     logits = 0.0
@@ -401,7 +396,7 @@ def _fragmentation(dynamic_bytes: float) -> float:
 
 def _communicators(layout: Layout, moe: bool) -> int:
     """Process groups a rank talks on (each holds NCCL buffers)."""
-    sizes = [layout.tp, layout.pp, layout.dp * layout.cp, layout.cp]
+    sizes = [layout.tp, layout.pp, layout.dp_cp, layout.cp]
     if moe:
         sizes += [layout.ep, layout.etp, layout.expert_dp]
     return max(1, sum(1 for s in sizes if s > 1))
