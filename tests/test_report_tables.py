@@ -6,6 +6,7 @@ import re
 
 from test_report_plan import make_candidate
 
+from placer.cost.validity import MODEL_ERROR
 from placer.report.baseline import Baseline
 from placer.report.defaults import resolve_job
 from placer.report.plan import Recommendation, build_plan
@@ -41,10 +42,15 @@ def test_report_lists_candidates_the_default_row_and_the_why() -> None:
     assert any(line.startswith("defaults used seq_len=8192") for line in lines)
     rows = [re.split(r"\s{2,}", line) for line in lines
             if line[:1] in ("1", "2") or line.startswith("rule")]
-    table_rows = [row for row in rows if len(row) == 17]
+    table_rows = [row for row in rows if len(row) == 18]
     assert [row[:4] for row in table_rows] == [["1", "8", "4", "2"], ["2", "4", "8", "2"],
                                                ["rule", "8", "8", "1"]]
     assert table_rows[1][9] == "full" and table_rows[1][6] == "5"
+    # vs base: the rule's 13.0 s step over each candidate's, a tie within the measured error
+    first, second = 13.0 / 11.25 - 1, 13.0 / 14.0 - 1
+    assert [row[-1] for row in table_rows] == [
+        f"{first:+.1%}" + (" tie" if first < MODEL_ERROR else ""),
+        f"{second:+.1%}" + (" tie" if -second < MODEL_ERROR else ""), "+0.0% tie"]
     assert "- Best: first sentence." in lines and "- Links: second sentence." in lines
     notes = lines.index("Search notes on #1 (--json has every candidate's):")
     assert lines[notes + 1] == "- placement: mesh order tp-cp-dp-pp"

@@ -12,6 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from placer.cost.validity import MODEL_ERROR
 from placer.report.baseline import Baseline
 from placer.report.describe import BREAKDOWN_SHORT, count, percent, seconds
 from placer.report.explain import change_sentences, holds_sentence
@@ -70,12 +71,24 @@ def _table() -> Table:
     return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
 
 
-def candidates_table(rows: Sequence[tuple[str, Estimate]]) -> Table:
+def versus_baseline(est: Estimate, base: Estimate) -> str:
+    """Predicted throughput over the baseline's, ``tie`` within the model's measured error."""
+    gain = base.step_time_s / est.step_time_s - 1.0
+    if abs(gain) < MODEL_ERROR:
+        return f"{gain:+.1%} tie"
+    return f"{gain:+.1%}"
+
+
+def candidates_table(rows: Sequence[tuple[str, Estimate]],
+                     base: Estimate | None = None) -> Table:
+    """One row per candidate; with ``base`` a "vs base" column (ties marked)."""
     table = _table()
     for name in ("#", "TP", "PP", "DP", "CP", "EP", "VPP", "mbs", "ZeRO", "recompute", "SP"):
         table.add_column(name, justify="left" if name in ("#", "recompute") else "right")
     for name in ("step", "tokens/s", "TFLOP/s", "MFU", "GiB/GPU", "free"):
         table.add_column(name, justify="right")
+    if base is not None:
+        table.add_column("vs base", justify="right")
     for label, est in rows:
         lay, mem = est.layout, est.memory
         ep = f"{lay.ep}" if lay.etp == 1 else f"{lay.ep}x{lay.etp}"
@@ -85,7 +98,8 @@ def candidates_table(rows: Sequence[tuple[str, Estimate]]) -> Table:
                       "on" if lay.sequence_parallel else "off", seconds(est.step_time_s),
                       count(est.tokens_per_s), f"{est.tflops_per_gpu:.0f}", percent(est.mfu),
                       f"{gib(mem.total_bytes)}/{gib(mem.capacity_bytes)}",
-                      gib(free) if est.fits else "OOM")
+                      gib(free) if est.fits else "OOM",
+                      *([] if base is None else [versus_baseline(est, base)]))
     return table
 
 
@@ -156,7 +170,8 @@ def render_head(rec: Recommendation, console: Console, explanation: Sequence[str
         else:
             title += " ('rule': TP and EP in the NVLink domain, the smallest PP that fits)"
     breakdown_title, breakdown = breakdown_table(rows)
-    sections = [(title, candidates_table(rows)), (breakdown_title, breakdown),
+    base = rec.baseline.estimate if rec.baseline is not None else None
+    sections = [(title, candidates_table(rows, base)), (breakdown_title, breakdown),
                 ("Memory per GPU (GiB, most loaded pipeline stage)", memory_table(rows))]
     for heading, table in sections:
         console.print()
