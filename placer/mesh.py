@@ -12,7 +12,7 @@ pipeline stage the ``tp x cp x dp`` points, flattened in mesh order, are split a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import permutations
@@ -35,6 +35,21 @@ def parse_order(text: str | Sequence[str]) -> tuple[Dim, ...]:
         raise InputError("mesh order", text, "use a permutation of tp-cp-dp-pp, e.g. tp-cp-dp-pp")
     dims = tuple(Dim(t) for t in tokens)
     return dims + tuple(d for d in DEFAULT_ORDER if d not in dims)
+
+
+def torchrun_numbering(used: Iterable[tuple[int, int]]
+                       ) -> dict[tuple[int, int], tuple[int, int]]:
+    """(node, gpu) -> (rank, local rank) as torchrun's static rendezvous numbers the used GPUs:
+    nodes in order, each a contiguous block, local ranks in ascending GPU order (docs/sources.md
+    1.3; the launcher sets CUDA_VISIBLE_DEVICES to the node's used GPUs ascending). The one
+    numbering ``launch`` writes and ``check`` checks plans against."""
+    numbering: dict[tuple[int, int], tuple[int, int]] = {}
+    per_node: dict[int, int] = {}
+    for node, gpu in sorted(used):
+        local = per_node.get(node, 0)
+        per_node[node] = local + 1
+        numbering[(node, gpu)] = (len(numbering), local)
+    return numbering
 
 
 def order_text(order: Sequence[str]) -> str:

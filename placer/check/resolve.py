@@ -22,7 +22,7 @@ from placer.check.world import node_inputs
 from placer.cost import memory_estimate
 from placer.dims import DENSE_DIMS
 from placer.errors import PlacerError
-from placer.mesh import MeshGrid, order_text
+from placer.mesh import MeshGrid, order_text, torchrun_numbering
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem
@@ -519,19 +519,6 @@ def _placed_from_rank_map(ctx: _Context, grid: MeshGrid, candidate: PlanCandidat
         rank_of[index], slot_of[index] = entry.rank, slot
     return Placed(grid=grid, rank_of=tuple(rank_of), slot_of=tuple(slot_of), topology=topo,
                   file=ctx.parsed.path, lines=ctx.parsed.lines), None
-
-
-def torchrun_numbering(used: set[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(node, gpu) -> (rank, local rank) as torchrun's static rendezvous numbers the used GPUs:
-    nodes in order, each a contiguous block, local ranks in ascending GPU order (docs/sources.md
-    1.3; the launcher sets CUDA_VISIBLE_DEVICES to the node's used GPUs ascending)."""
-    numbering: dict[tuple[int, int], tuple[int, int]] = {}
-    per_node: dict[int, int] = {}
-    for node, gpu in sorted(used):
-        local = per_node.get(node, 0)
-        per_node[node] = local + 1
-        numbering[(node, gpu)] = (len(numbering), local)
-    return numbering
 
 
 def _torchrun_agreement(ctx: _Context, candidate: PlanCandidate) -> list[Finding]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from placer.dims import DENSE_DIMS, GROUPS, Dim
 from placer.errors import InputError, PlacerError
-from placer.mesh import MeshGrid, order_text, parse_order
+from placer.mesh import MeshGrid, order_text, parse_order, torchrun_numbering
 from placer.spec import Candidate, Layout, NodeType, Plan, validate_layout
 from placer.spec.documents import RANKMAP_FORMAT, RankMapDocument, document
 
@@ -208,13 +208,9 @@ def _launch_nodes(plan: Plan, used: list[int],
 
 
 def _slots(nodes: list[LaunchNode], logical_at: dict[tuple[int, int], int]) -> list[RankSlot]:
-    slots, base = [], 0
-    for node in nodes:
-        for local, gpu in enumerate(node.gpus):
-            slots.append(RankSlot(base + local, node.index, local, gpu,
-                                  logical_at[(node.cluster_node, gpu)]))
-        base += node.num_ranks
-    return slots
+    index = {node.cluster_node: node.index for node in nodes}
+    return [RankSlot(rank, index[node], local, gpu, logical_at[(node, gpu)])
+            for (node, gpu), (rank, local) in torchrun_numbering(logical_at).items()]
 
 
 def _check_numbering(entries: Any, nodes: list[LaunchNode], slots: list[RankSlot],
