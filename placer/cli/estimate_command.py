@@ -84,7 +84,9 @@ def _print(est: Estimate, model: str, cluster: str, seq_len: int, batch: int,
     console.print(f"step {est.step_time_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, "
                   f"{est.tflops_per_gpu:.0f} model TFLOP/s per GPU (MFU {est.mfu:.1%}, "
                   f"hardware {est.hardware_tflops_per_gpu:.0f}), "
-                  f"peak memory {est.peak_memory_bytes / GIB:.1f} GiB: {fits}")
+                  f"peak memory {est.peak_memory_bytes / GIB:.1f} of "
+                  f"{est.memory.capacity_bytes / GIB:.1f} GiB usable (after the job's memory "
+                  f"headroom): {fits}")
     for line in defaults:
         console.print(f"[dim]default: {line}[/]")
     step = Table("where the time goes", "seconds", "share", title="step breakdown")
