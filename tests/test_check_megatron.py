@@ -63,7 +63,7 @@ def test_unresolvable_degree_is_reported_not_guessed() -> None:
 def test_unresolvable_model_flag_is_a_note_not_an_error() -> None:
     parsed = parse("--num-layers $LAYERS --tensor-model-parallel-size 2\n")
     assert parsed.settings.tp == 2 and parsed.model is None
-    assert "--num-layers takes its value from $LAYERS" in parsed.unresolved["num_layers"]
+    assert "--num-layers takes its value from $LAYERS" in (parsed.model_problem or "")
 
 
 # ----- world size and model -------------------------------------------------------------------

@@ -57,10 +57,11 @@ INT_FLAGS = {**megatron.INT_FLAGS, **megatron_deepspeed.LAUNCHER_INT_FLAGS,
              **_READ_ONLY_INT_FLAGS}
 CHOICE_FLAGS = {**megatron.CHOICE_FLAGS, **_READ_ONLY_CHOICE_FLAGS}
 BOOL_FLAGS = {**megatron.BOOL_FLAGS, **_READ_ONLY_BOOL_FLAGS}
-# keys whose value decides the layout: unresolved, they are reported (nothing is guessed)
+# keys whose value decides the layout or the world size: unresolved, they are reported and the
+# checks that need them skipped (nothing is guessed)
 PARALLEL_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "layers_per_virtual_stage",
-                 "first_stage_layers", "last_stage_layers", "sequence_parallel",
-                 "tp_pp_dp_mapping", "micro_batch_size", "nnodes", "nproc_per_node")
+                 "first_stage_layers", "last_stage_layers", "micro_batch_size", "nnodes",
+                 "nproc_per_node")
 MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads")
 # keys a launcher or precision flag sets: on their own they are no parallel settings
 LAUNCH_ONLY_KEYS = ("nnodes", "nproc_per_node", "standalone", "bf16", "deepspeed_config",

@@ -196,8 +196,10 @@ def _unknown_word(word: Word, known: set[str], values: dict[str, _Value]) -> Non
 
 def _int(value: _Value, flag: str, path: Path, parsed: ParsedConfig, key: str) -> int | None:
     if value.text is None:
-        if key in PARALLEL_KEYS or key in MODEL_KEYS:
+        if key in PARALLEL_KEYS:
             parsed.unresolved[key] = f"line {value.line}: --{flag} {value.why}"
+        elif key in MODEL_KEYS:
+            parsed.model_problem = f"line {value.line}: --{flag} {value.why}"
         else:
             parsed.notes.append(f"line {value.line}: --{flag} {value.why}; ignored")
         return None
