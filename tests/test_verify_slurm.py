@@ -124,3 +124,34 @@ def test_a_refused_submission_is_reported_per_candidate(
     assert code == 1
     assert "candidate 0" in out and "FAILED: failed: sbatch NOT_SUBMITTED" in out, out
     assert "invalid partition" in out.lower(), out
+
+
+def test_real_model_candidates_run_as_slurm_jobs_and_resume(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
+                  ffn_hidden_size=192, vocab_size=512)
+    plan = plan_for_layouts(model, emulated_cluster(1, 2, None),
+                            Job(seq_len=64, global_batch_size=4),
+                            [("tp=2,mbs=2", "tp", "TP"), ("tp=2,mbs=1,sp=on", "tp", "SP")])
+    (tmp_path / "plan.json").write_text(plan_json(plan))
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    args = ["verify", str(tmp_path / "plan.json"), "--slurm", "--real-model", "--work-dir",
+            str(tmp_path / "w"), "--steps", "1", "--warmup-steps", "0", "--top", "2",
+            "--out", str(tmp_path / "r.json"), "--force"]
+    code, out, err = cli(args, capsys)
+    assert code == 0, err + out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    tp = next(c for c in doc["candidates"] if "sp=off" in c["layout_text"])
+    sp = next(c for c in doc["candidates"] if "sp=on" in c["layout_text"])
+    assert tp["status"] == "ok" and sp["status"] == "skipped"
+    assert "sequence parallelism" in sp["error"]
+    assert tp["peak_allocated_bytes"] > tp["static_bytes"] > 0 and tp["tokens_per_s"] > 0
+    job_id = json.loads((tmp_path / "w" / f"model{tp['index']}" / "slurm.json").read_text())
+    code, out, err = cli(args, capsys)
+    assert code == 0 and "not re-run" in out, err + out
+    again = json.loads((tmp_path / "w" / f"model{tp['index']}" / "slurm.json").read_text())
+    assert again == job_id  # read back from the first run's results, not submitted again
+    resumed = json.loads((tmp_path / "r.json").read_text())["candidates"][tp["index"]]
+    assert (resumed["peak_allocated_bytes"], resumed["measured_step_s"]) == (
+        tp["peak_allocated_bytes"], tp["measured_step_s"])

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
     from placer.spec import Plan
     from placer.verify.calibrate import CalibrationResult
     from placer.verify.feedback import Feedback
+    from placer.verify.realmodel import RealResult
     from placer.verify.runner import Launcher
     from placer.verify.session import CandidateResult, VerifyOptions
+    from placer.verify.slurm import SlurmClient, SlurmOptions
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -308,7 +310,7 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
     if slurm:
         _verify_slurm(plan_path, plan, profile, str(profile_path or "cost model presets"),
                       options, work_dir, (partition, account, time_limit, sbatch_args),
-                      (emulate, nproc, from_dir), out_path, save_profile, as_json)
+                      (emulate, nproc, from_dir), out_path, save_profile, as_json, real_model)
         return
     for flag, value in (("--partition", partition), ("--account", account),
                         ("--time", time_limit), ("--sbatch-arg", " ".join(sbatch_args) or None)):
@@ -358,7 +360,7 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
                   options: VerifyOptions, work_dir: Path | None,
                   sbatch: tuple[str | None, str | None, str | None, tuple[str, ...]],
                   others: tuple[str | None, int | None, Path | None], out_path: Path | None,
-                  save_profile: Path | None, as_json: bool) -> None:
+                  save_profile: Path | None, as_json: bool, real_model: bool) -> None:
     """``verify --slurm``: every candidate as a Slurm job; finished ones are read back."""
     from placer.verify.output import candidate_line, results_document
     from placer.verify.session import verify_plan_slurm
@@ -380,6 +382,11 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
     work_dir.mkdir(parents=True, exist_ok=True)
     where = f"Slurm{f' partition {partition}' if partition else ''} (one job per candidate)"
     _say(f"verifying {plan_path} on {where}", as_json)
+    slurm_options = SlurmOptions(partition, account, time_limit, tuple(sbatch_args))
+    if real_model:
+        _real_on_slurm(plan_path, plan, profile, options, client, slurm_options,
+                       work_dir.absolute(), where, out_path, save_profile, as_json)
+        return
 
     def arrived(result: CandidateResult, so_far: list[CandidateResult]) -> None:
         _say(candidate_line(result), as_json)
@@ -392,8 +399,7 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
              as_json)
 
     results, summary, fb = verify_plan_slurm(
-        plan, client, SlurmOptions(partition, account, time_limit, tuple(sbatch_args)), profile,
-        options, work_dir.absolute(), arrived, resumed)
+        plan, client, slurm_options, profile, options, work_dir.absolute(), arrived, resumed)
     doc = results_document(str(plan_path), where, options, source, results, summary, fb)
     if any(r.status != "ok" for r in results):
         _say(f"logs of the failed candidates are in {work_dir}/candidate*/logs; run the same "
@@ -407,13 +413,7 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
                  save_profile: Path | None) -> None:
     """``verify --real-model``: the candidates' models, for a few steps each; with
     ``--calibrate`` the profile's GEMM efficiency is refitted from their step times."""
-    from placer.verify.realmodel import (
-        real_document,
-        real_line,
-        refit_real,
-        render_real,
-        run_real,
-    )
+    from placer.verify.realmodel import real_line, run_real
     from placer.verify.session import top_indices
 
     if options.refit and profile is None:
@@ -433,8 +433,18 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
         if any(r.status not in ("ok", "skipped") for r in results):
             keep[0] = True
             _say(f"logs of the failed candidates are in {folder}", as_json)
-        fb = refit_real(plan, profile, results) if options.refit and profile else None
-        doc = real_document(str(plan_path), launcher.description, options.steps, results, fb)
+        description = launcher.description
+    _finish_real(plan_path, plan, profile, options, description, results, out_path,
+                 save_profile, as_json)
+
+
+def _finish_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
+                 options: VerifyOptions, where: str, results: list[RealResult],
+                 out_path: Path | None, save_profile: Path | None, as_json: bool) -> None:
+    from placer.verify.realmodel import real_document, refit_real, render_real
+
+    fb = refit_real(plan, profile, results) if options.refit and profile else None
+    doc = real_document(str(plan_path), where, options.steps, results, fb)
     if out_path is not None:
         _write_json(out_path, doc)
     if as_json:
@@ -447,6 +457,28 @@ def _verify_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
         _say(f"wrote {save_profile}", as_json)
     if not any(r.status == "ok" for r in results):
         sys.exit(1)
+
+
+def _real_on_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None,
+                   options: VerifyOptions, client: SlurmClient, slurm: SlurmOptions,
+                   work_dir: Path, where: str, out_path: Path | None,
+                   save_profile: Path | None, as_json: bool) -> None:
+    """``verify --slurm --real-model``: each candidate's model as a Slurm job; reruns resume."""
+    from placer.verify.realmodel import real_line, run_real_slurm
+    from placer.verify.session import top_indices
+
+    def arrived(result: RealResult, resumed: bool) -> None:
+        note = f" (results of an earlier run in {work_dir}, not re-run)" if resumed else ""
+        _say(real_line(result) + note, as_json)
+
+    results = run_real_slurm(plan, client, slurm, profile, top_indices(plan, options),
+                             work_dir, options.steps, options.warmup_steps,
+                             options.candidate_timeout_s, arrived)
+    if any(r.status not in ("ok", "skipped") for r in results):
+        _say(f"logs of the failed candidates are in {work_dir}/model*/logs; run the same "
+             "command again to re-run only them", as_json)
+    _finish_real(plan_path, plan, profile, options, where, results, out_path, save_profile,
+                 as_json)
 
 
 def _check_shapes(plan: Plan, options: VerifyOptions, emulate: str | None, nproc: int,

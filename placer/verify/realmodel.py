@@ -17,6 +17,8 @@ total less ``framework_bytes``.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ from placer.verify.feedback import Feedback, fit_compute_scale, scale_gemm
 from placer.verify.fit import median
 from placer.verify.runner import Launcher
 from placer.verify.session import check_shape, slots_of
+from placer.verify.slurm import JobEnd, SlurmClient, SlurmJob, SlurmOptions, run_jobs
 
 WORKER = Path(__file__).resolve().parent / "workers" / "model.py"
 EAGER = CostOptions(fused_kernels=False)
@@ -226,6 +229,90 @@ def collect_real(result: RealResult, out_dir: Path, world_size: int) -> RealResu
     return result
 
 
+def write_real_candidate(plan: Plan, index: int, cand_dir: Path, steps: int,
+                         warmup_steps: int, timeout_s: float) -> tuple[Path, Path]:
+    """Launch files, model.json and an empty results folder; (config path, out dir)."""
+    job_dir, out_dir = cand_dir / "launch", cand_dir / "out"
+    write_launch_files(plan, index, job_dir, force=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("rank*.json"):
+        stale.unlink()
+    config = cand_dir / "model.json"
+    config.write_text(json.dumps(worker_config(plan, index, job_dir.absolute(), steps,
+                                               warmup_steps, timeout_s)))
+    return config, out_dir
+
+
+def real_finished(plan: Plan, index: int, cand_dir: Path, steps: int, warmup_steps: int,
+                  timeout_s: float) -> bool:
+    """An earlier run left complete results for the same model.json (a rerun resumes)."""
+    try:
+        ran = json.loads((cand_dir / "model.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    want = worker_config(plan, index, (cand_dir / "launch").absolute(), steps, warmup_steps,
+                         timeout_s)
+    if ran != json.loads(json.dumps(want)):
+        return False
+    records = list((cand_dir / "out").glob("rank*.json"))
+    return len(records) == placement_of(plan, index).world_size
+
+
+def run_real_slurm(plan: Plan, client: SlurmClient, slurm: SlurmOptions,
+                   profile: LinkProfile | None, indices: list[int], work_dir: Path, steps: int,
+                   warmup_steps: int, timeout_s: float,
+                   on_result: Callable[[RealResult, bool], None] | None = None
+                   ) -> list[RealResult]:
+    """Each candidate's model as its own Slurm job (placer/verify/slurm.py); candidates with
+    results from an earlier run are read back, not run again (``on_result(r, resumed)``)."""
+    results: dict[int, RealResult] = {}
+    jobs: list[SlurmJob] = []
+
+    def done(result: RealResult, resumed: bool) -> None:
+        results[result.index] = result
+        if on_result is not None:
+            on_result(result, resumed)
+
+    for index in indices:
+        cand_dir = work_dir / f"model{index}"
+        result = _base(plan, index, profile, "")
+        why = unsupported(plan.model, plan.candidates[index].layout)
+        if why is not None:
+            result.error = why
+            done(result, False)
+        elif real_finished(plan, index, cand_dir, steps, warmup_steps, timeout_s):
+            done(collect_real(result, cand_dir / "out", placement_of(plan, index).world_size),
+                 True)
+        else:
+            config, out_dir = write_real_candidate(plan, index, cand_dir, steps, warmup_steps,
+                                                   timeout_s)
+            (cand_dir / "logs").mkdir(exist_ok=True)
+            jobs.append(SlurmJob(index, cand_dir / "launch", cand_dir / "slurm.json",
+                                 cand_dir / "logs" / "slurm-%j.out",
+                                 (str(config.absolute()), str(out_dir.absolute()))))
+
+    def ended(job: SlurmJob) -> None:
+        result = _base(plan, job.index, profile, "")
+        if job.job_id is not None:
+            job.log_path = Path(str(job.log_path).replace("%j", str(job.job_id)))
+        if job.started is not None:
+            result.wall_s = time.monotonic() - job.started
+        result = collect_real(result, work_dir / f"model{job.index}" / "out",
+                              placement_of(plan, job.index).world_size)
+        if result.status != "oom" and (job.timed_out or job.end is None
+                                       or job.end.state != "COMPLETED"):
+            end = job.end or JobEnd("UNKNOWN")
+            result.status = "timeout" if job.timed_out or end.state == "TIMEOUT" else "failed"
+            result.error = (f"{result.status}: Slurm job {job.job_id} {end.state}"
+                            f"{', exit code ' + end.exit_code if end.exit_code else ''}"
+                            f"{' (' + end.reason + ')' if end.reason not in ('', 'None') else ''}"
+                            f": {job.telling_line()}")
+        done(result, False)
+
+    run_jobs(client, jobs, WORKER, slurm, timeout_s, "auto", ended)
+    return [results[i] for i in indices]
+
+
 def run_real(plan: Plan, launcher: Launcher, profile: LinkProfile | None, indices: list[int],
              work_dir: Path, steps: int, warmup_steps: int, timeout_s: float,
              device: str = "cpu") -> list[RealResult]:
@@ -245,14 +332,8 @@ def run_real(plan: Plan, launcher: Launcher, profile: LinkProfile | None, indice
             results.append(result)
             continue
         cand_dir = work_dir / f"model{index}"
-        job_dir, out_dir = cand_dir / "launch", cand_dir / "out"
-        write_launch_files(plan, index, job_dir, force=True)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in out_dir.glob("rank*.json"):
-            stale.unlink()
-        config = cand_dir / "model.json"
-        config.write_text(json.dumps(worker_config(plan, index, job_dir.absolute(), steps,
-                                                   warmup_steps, timeout_s)))
+        config, out_dir = write_real_candidate(plan, index, cand_dir, steps, warmup_steps,
+                                               timeout_s)
         run = launcher.run([str(WORKER), str(config), str(out_dir)], cand_dir / "logs",
                            timeout_s)
         result.wall_s = run.wall_s
