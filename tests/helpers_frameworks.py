@@ -14,9 +14,12 @@ emulated 2x2 one).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -109,6 +112,14 @@ def write_cases(root: Path, framework_versions: tuple[str, ...] = ()) -> list[Ca
             cases.append(Case(case_id, plan, index, folder, tuple(f.name for f in files),
                               tuple(r.line() for r in refused)))
     return cases
+
+
+@cache
+def example_cases() -> list[Case]:
+    """``write_cases`` with the default versions, written once per test session."""
+    root = Path(tempfile.mkdtemp(prefix="placer-frameworks-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return write_cases(root)
 
 
 def run_worker(script: str, args: list[str], manifest: list[dict[str, Any]], tmp: Path,

@@ -12,12 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_frameworks import Case, need, run_worker, write_cases
+from helpers_frameworks import Case, example_cases, need, run_worker
+
+# Each starts the framework in its own venv over every example candidate (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> list[Case]:
-    return write_cases(tmp_path_factory.mktemp("deepspeed"))
+def cases() -> list[Case]:
+    return example_cases()
 
 
 def test_deepspeed_config_with_and_without_mpu(cases: list[Case], tmp_path: Path) -> None:

@@ -15,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_frameworks import Case, need, run_worker, write_cases
+from helpers_frameworks import Case, example_cases, need, run_worker
 
 from placer.dialects import megatron
+
+# Each starts the framework in its own venv over every example candidate (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 EXPERT = ("ep", "etp", "edp")
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> list[Case]:
-    return write_cases(tmp_path_factory.mktemp("megatron"))
+def cases() -> list[Case]:
+    return example_cases()
 
 
 def _model(case: Case) -> dict[str, Any]:

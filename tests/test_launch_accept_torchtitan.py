@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_frameworks import Case, need, run_worker, torchtitan_toml_path, write_cases
+from helpers_frameworks import Case, example_cases, need, run_worker, torchtitan_toml_path
+
+# Each starts the framework in its own venv over every example candidate (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> list[Case]:
-    return write_cases(tmp_path_factory.mktemp("titan"))
+def cases() -> list[Case]:
+    return example_cases()
 
 
 def _manifest(cases: list[Case], name: str) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ CUDA_VISIBLE_DEVICES and quoting are checked on the actual generated text.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -272,7 +273,7 @@ def test_pytorchjob_yaml_structure(tmp_path: Path) -> None:
         assert container["name"] == "pytorch"
         assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 23456}]
         assert container["command"] == ["bash", "/placer/launch.sh"]
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
         assert {"name": "PLACER_DEVICES", "value": "inherit"} in container["env"]
         volume = spec["template"]["spec"]["volumes"][0]
         assert volume["configMap"]["name"] == "launch-test-placer-launch"
@@ -287,9 +288,13 @@ def _preset_plan_single() -> Plan:
 
 
 @pytest.mark.parametrize(("job", "name"), [("Llama_3.1-70B", "llama-3-1-70b"),
-                                           ("placer-job", "placer-job"), ("__", "placer-job")])
-def test_kubernetes_names_are_dns_labels(job: str, name: str) -> None:
+                                           ("placer-job", "placer-job"), ("__", "placer-job"),
+                                           ("70b-run", "job-70b-run"), ("9", "job-9")])
+def test_kubernetes_names_are_dns_1035_labels(job: str, name: str) -> None:
     assert kubernetes_name(job) == name
+    # Kubernetes' IsDNS1035Label (k8s.io/apimachinery/pkg/util/validation/validation.go):
+    # at most 63 characters of [a-z0-9-], starting with a letter, ending with a letter or digit.
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63
 
 
 def _comments(p: Plan, name: str) -> str:

@@ -12,7 +12,7 @@ import re
 
 import yaml
 
-from placer.launch.rankmap import Placement
+from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import bash_array, checked, comment_block, quote
 from placer.mesh import order_text
 
@@ -24,21 +24,21 @@ KUBEFLOW_PORT_NAME = "pytorchjob-port"
 KUBEFLOW_MOUNT = "/placer"
 
 
-def _hosts(placement: Placement) -> list[str] | None:
+def _hosts(placement: PlacedCandidate) -> list[str] | None:
     """Host names of the launch nodes, when the cluster file pins every one of them."""
     hosts = [checked(node.hostname, "hostname", f"hostname of node {node.cluster_node}")
              for node in placement.nodes if node.hostname is not None]
     return hosts if len(hosts) == len(placement.nodes) else None
 
 
-def _is_uniform(placement: Placement) -> bool:
+def _is_uniform(placement: PlacedCandidate) -> bool:
     """Every node runs the same number of ranks on the same GPUs of the same node type."""
     first = placement.nodes[0]
     return all((n.gpus, n.node_type.name) == (first.gpus, first.node_type.name)
                for n in placement.nodes)
 
 
-def placement_comment(placement: Placement) -> list[str]:
+def placement_comment(placement: PlacedCandidate) -> list[str]:
     """Plain-language lines on how the rank map is realised (the mechanism and why)."""
     grid = placement.grid
     order = order_text([d for d in grid.order if grid.sizes[d] > 1] or ["tp"])
@@ -67,7 +67,7 @@ def placement_comment(placement: Placement) -> list[str]:
     return lines
 
 
-def render_launch_sh(placement: Placement, script: str = DEFAULT_SCRIPT,
+def render_launch_sh(placement: PlacedCandidate, script: str = DEFAULT_SCRIPT,
                      master_port: int = DEFAULT_MASTER_PORT) -> str:
     """The per-node torchrun launcher; every other launcher runs it."""
     plan = placement.plan
@@ -182,7 +182,7 @@ def render_launch_sh(placement: Placement, script: str = DEFAULT_SCRIPT,
     return "\n".join(lines) + "\n"
 
 
-def render_sbatch(placement: Placement) -> str:
+def render_sbatch(placement: PlacedCandidate) -> str:
     """Slurm batch script: one task per node, each running launch.sh."""
     plan = placement.plan
     nodes = placement.nodes
@@ -248,7 +248,7 @@ def kubernetes_name(job_name: str) -> str:
     return name[:KUBE_NAME_MAX].strip("-") or "placer-job"
 
 
-def render_pytorchjob(placement: Placement, master_port: int = DEFAULT_MASTER_PORT) -> str:
+def render_pytorchjob(placement: PlacedCandidate, master_port: int = DEFAULT_MASTER_PORT) -> str:
     """Kubeflow PyTorchJob (kubeflow.org/v1) whose pods run launch.sh from a ConfigMap."""
     plan = placement.plan
     nodes = placement.nodes
@@ -267,7 +267,8 @@ def render_pytorchjob(placement: Placement, master_port: int = DEFAULT_MASTER_PO
                     "command": ["bash", f"{KUBEFLOW_MOUNT}/launch.sh"],
                     "env": [{"name": "PLACER_DEVICES", "value": "inherit"}],
                     "ports": [{"name": KUBEFLOW_PORT_NAME, "containerPort": master_port}],
-                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                    # A resource.Quantity, which the API serialises as a string.
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
                     "volumeMounts": [{"name": "placer-launch", "mountPath": KUBEFLOW_MOUNT,
                                       "readOnly": True}],
                 }],
@@ -282,7 +283,10 @@ def render_pytorchjob(placement: Placement, master_port: int = DEFAULT_MASTER_PO
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": name, "labels": {"placer/job": name}},
-        "spec": {"nprocPerNode": str(gpus), "pytorchReplicaSpecs": specs},
+        # runPolicy is required by the v1 API (the SDK's PyTorchJobSpec); cleanPodPolicy None is
+        # the operator's own default (SetDefaults_*Job: "Set default cleanpod policy to None").
+        "spec": {"nprocPerNode": str(gpus), "runPolicy": {"cleanPodPolicy": "None"},
+                 "pytorchReplicaSpecs": specs},
     }
     notes = [
         f"pytorchjob.yaml: job {plan.job.name} (layout {placement.layout}) on Kubeflow "
