@@ -47,7 +47,9 @@ def render_text(report: CheckReport) -> str:
         if config.layout:
             head += f" {config.layout} order {config.order}"
         if config.cluster:
-            head += f" on {config.cluster} ({config.num_gpus} GPUs)"
+            gpus = (f"{config.num_gpus} GPUs" if config.num_gpus is not None
+                    else "world size unknown")
+            head += f" on {config.cluster} ({gpus})"
         if config.model:
             head += f", model {config.model}"
         lines.append(head)

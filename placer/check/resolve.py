@@ -113,7 +113,7 @@ def check_config(parsed: ParsedConfig, options: CheckOptions) -> tuple[ConfigSum
                 "data-parallel size, world-size divisibility, EP placement, batch divisibility"
                 " and memory; pass --nodes N", parsed.path, parsed.line_of("nnodes", "world")))
         summary.cluster = f"{ctx.cluster.name} x {ctx.cluster.num_nodes} nodes"
-        summary.num_gpus = ctx.world
+        summary.num_gpus = ctx.world if ctx.world_known else None
         summary.model = ctx.model.name if ctx.model else None
         if parsed.kind == "plan":
             candidates = _selected(parsed, options.candidate)
