@@ -17,7 +17,7 @@ from placer.spec import Candidate, Layout, Plan
 
 
 class Placed(Protocol):
-    """A checked candidate of a plan, as ``placer.launch.rankmap.Placement`` provides it."""
+    """A checked candidate of a plan, as ``placer.launch.rankmap.PlacedCandidate`` provides it."""
 
     @property
     def plan(self) -> Plan: ...

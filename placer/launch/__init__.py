@@ -16,7 +16,7 @@ from placer.errors import InputError
 from placer.io import OutputFile, write_files
 from placer.launch.env import render_env_sh
 from placer.launch.frameworks import framework_files
-from placer.launch.rankmap import Placement, placement_of, rankmap_document
+from placer.launch.rankmap import PlacedCandidate, placement_of, rankmap_document
 from placer.launch.readme import render_readme
 from placer.launch.scripts import (
     DEFAULT_MASTER_PORT,
@@ -29,7 +29,7 @@ from placer.launch.shell import checked
 from placer.spec import Plan
 
 __all__ = [
-    "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "Placement", "launch_bundle", "launch_files",
+    "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "PlacedCandidate", "launch_bundle", "launch_files",
     "placement_of", "write_files",
     "placer_mesh_source", "rankmap_document", "write_launch_files",
 ]

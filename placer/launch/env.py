@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from placer.launch.rankmap import Placement
+from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import checked, comment_block, quote, single_quoted
 from placer.spec import GPU, Layout, NodeType
 
@@ -65,7 +65,7 @@ def _max_connections(layout: Layout, node_type: NodeType) -> EnvLine | None:
                   "communication kernels ahead of the GEMMs they overlap (Megatron asserts it)")
 
 
-def _network(placement: Placement, node_type: NodeType) -> list[EnvLine]:
+def _network(placement: PlacedCandidate, node_type: NodeType) -> list[EnvLine]:
     """NIC selection for inter-node traffic; nothing when the job fits on one node."""
     cluster = placement.plan.cluster
     if len(placement.nodes) == 1:
@@ -92,7 +92,7 @@ def _network(placement: Placement, node_type: NodeType) -> list[EnvLine]:
     return lines
 
 
-def common_env(placement: Placement) -> list[EnvLine]:
+def common_env(placement: PlacedCandidate) -> list[EnvLine]:
     """Variables that do not depend on the node type."""
     lines: list[EnvLine] = [
         EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID",
@@ -114,7 +114,7 @@ def common_env(placement: Placement) -> list[EnvLine]:
     return lines
 
 
-def node_type_env(placement: Placement, node_type: NodeType) -> list[EnvLine]:
+def node_type_env(placement: PlacedCandidate, node_type: NodeType) -> list[EnvLine]:
     """Variables whose value depends on the node type (NICs, GPU architecture)."""
     lines = _network(placement, node_type)
     max_conn = _max_connections(placement.layout, node_type)
@@ -123,7 +123,7 @@ def node_type_env(placement: Placement, node_type: NodeType) -> list[EnvLine]:
     return lines
 
 
-def debug_env(placement: Placement) -> list[EnvLine]:
+def debug_env(placement: PlacedCandidate) -> list[EnvLine]:
     """NCCL/torch debugging output, plus the tuning overrides placer deliberately leaves off."""
     algos = sorted({_NCCL_ALGO_NAMES[c.algorithm.lower()]
                     for c in placement.candidate.collectives
@@ -163,7 +163,7 @@ def _render(lines: list[EnvLine], indent: str = "") -> list[str]:
     return [indent + text for text in out]
 
 
-def render_env_sh(placement: Placement, debug: bool = False) -> str:
+def render_env_sh(placement: PlacedCandidate, debug: bool = False) -> str:
     """The text of env.sh; launch.sh sets PLACER_NODE_TYPE before sourcing it."""
     layout = placement.layout
     out = ["# shellcheck shell=bash", *comment_block([

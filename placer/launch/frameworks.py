@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from placer.dialects import Refusal, deepspeed, megatron, torchtitan
 from placer.io import OutputFile
-from placer.launch.rankmap import Placement
+from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import comment_block, quote
 
 
-def render_megatron_sh(placement: Placement, version: str = megatron.TARGET.default) -> str:
+def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGET.default) -> str:
     """A bash array of Megatron flags to source and splice into the training command."""
     fit = megatron.fit(placement)
     layout = placement.layout
@@ -44,7 +44,7 @@ def render_megatron_sh(placement: Placement, version: str = megatron.TARGET.defa
     return "\n".join(lines) + "\n"
 
 
-def _torchtitan_notes(placement: Placement, version: str, python: bool) -> list[str]:
+def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool) -> list[str]:
     layout = placement.layout
     fit = torchtitan.fit(placement)
     if python:
@@ -70,19 +70,20 @@ def _torchtitan_notes(placement: Placement, version: str, python: bool) -> list[
     return notes
 
 
-def render_torchtitan_toml(placement: Placement, version: str = torchtitan.LAST_TOML) -> str:
+def render_torchtitan_toml(placement: PlacedCandidate, version: str = torchtitan.LAST_TOML) -> str:
     notes = comment_block(_torchtitan_notes(placement, version, python=False))
     return torchtitan.render_toml(placement, version,
                                   [line.removeprefix("# ").removeprefix("#") for line in notes])
 
 
-def render_torchtitan_py(placement: Placement, version: str = torchtitan.TARGET.default) -> str:
+def render_torchtitan_py(placement: PlacedCandidate,
+                         version: str = torchtitan.TARGET.default) -> str:
     notes = comment_block(_torchtitan_notes(placement, version, python=True))
     return torchtitan.render_python(placement, version,
                                     [line.removeprefix("# ").removeprefix("#") for line in notes])
 
 
-def framework_files(placement: Placement, versions: dict[str, str]
+def framework_files(placement: PlacedCandidate, versions: dict[str, str]
                     ) -> tuple[list[OutputFile], list[Refusal]]:
     """The framework files the chosen versions accept, and the ones they refuse (with why)."""
     files: list[OutputFile] = []

@@ -57,7 +57,7 @@ class RankSlot:
 
 
 @dataclass(frozen=True)
-class Placement:
+class PlacedCandidate:
     """A checked candidate: its grid, its nodes, and torchrun rank <-> grid point both ways."""
 
     plan: Plan
@@ -116,7 +116,7 @@ class Placement:
         return list(seen.values())
 
 
-def placement_of(plan: Plan, candidate_index: int = 0) -> Placement:
+def placement_of(plan: Plan, candidate_index: int = 0) -> PlacedCandidate:
     """Check candidate ``candidate_index`` of ``plan`` and derive torchrun's view of it.
 
     Raises PlacerError when the plan cannot be launched as written: an index out of range, a
@@ -163,7 +163,7 @@ def placement_of(plan: Plan, candidate_index: int = 0) -> Placement:
     nodes = _launch_nodes(plan, sorted({node for node, _ in logical_at}), logical_at)
     slots = _slots(nodes, logical_at)
     _check_numbering(entries, nodes, slots, where)
-    return Placement(plan, candidate_index, grid, tuple(nodes), tuple(slots))
+    return PlacedCandidate(plan, candidate_index, grid, tuple(nodes), tuple(slots))
 
 
 def _check_stage_layers(stage_layers: list[int] | None, layout: Layout, num_layers: int,
@@ -235,7 +235,7 @@ def _nested(flat: tuple[int, ...], shape: list[int]) -> Any:
     return [_nested(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
-def rankmap_document(placement: Placement) -> dict[str, Any]:
+def rankmap_document(placement: PlacedCandidate) -> dict[str, Any]:
     """The ``placer-rankmap/1`` document that placer_mesh.py validates and builds groups from.
 
     ``mesh`` is nested outermost-first like ``mesh_dim_names``; flattened row-major it lists the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placer.dialects import TARGETS, Refusal, deepspeed, megatron, torchtitan
-from placer.launch.rankmap import Placement
+from placer.launch.rankmap import PlacedCandidate
 from placer.launch.scripts import placement_comment
 
 # What each framework file is, for the README's table.
@@ -17,7 +17,7 @@ _FRAMEWORK_ROWS = {
 }
 
 
-def render_readme(placement: Placement, script: str, debug: bool,
+def render_readme(placement: PlacedCandidate, script: str, debug: bool,
                   versions: dict[str, str] | None = None, written: list[str] | None = None,
                   refused: list[Refusal] | None = None) -> str:
     versions = versions or {name: t.default for name, t in TARGETS.items()}

@@ -22,7 +22,7 @@ from placer.cost.groups import GroupLinks, group_links
 from placer.cost.profile import Calibration
 from placer.errors import PlacerError
 from placer.launch import placement_of, write_launch_files
-from placer.launch.rankmap import Placement
+from placer.launch.rankmap import PlacedCandidate
 from placer.mesh import order_text, parse_order
 from placer.spec.documents import ReplayConfig, document
 from placer.spec.profile import LinkProfile
@@ -65,7 +65,7 @@ class Prepared:
     """A candidate resolved against the cost model: placement, estimate, links, program."""
 
     index: int
-    placement: Placement
+    placement: PlacedCandidate
     estimate: Estimate
     links: GroupLinks
     calib: Calibration
@@ -120,7 +120,7 @@ class CandidateResult:
 # ------------------------------------------------------------------ preparing
 
 
-def slots_of(placement: Placement) -> list[int]:
+def slots_of(placement: PlacedCandidate) -> list[int]:
     """GPU slot (the cost model's placement) of every logical index of the candidate's grid."""
     topo = topology_of(placement.plan.cluster)
     slots = [0] * placement.world_size
@@ -130,7 +130,7 @@ def slots_of(placement: Placement) -> list[int]:
     return slots
 
 
-def check_shape(placement: Placement, num_nodes: int, gpus_per_node: int, where: str
+def check_shape(placement: PlacedCandidate, num_nodes: int, gpus_per_node: int, where: str
                 ) -> str | None:
     """Why ``where`` (``num_nodes`` x ``gpus_per_node`` ranks) cannot run this candidate."""
     per_node = [node.num_ranks for node in placement.nodes]
@@ -161,7 +161,7 @@ def top_indices(plan: Plan, options: VerifyOptions) -> list[int]:
 
 
 def emit(plan: Plan, profile: LinkProfile | None, options: VerifyOptions, out_dir: Path
-         ) -> list[tuple[Placement, Path, Path]]:
+         ) -> list[tuple[PlacedCandidate, Path, Path]]:
     """Write every top candidate's launch files and replay program for a real cluster."""
     out = []
     for prep in prepare(plan, top_indices(plan, options), profile, options.scale):
