@@ -104,3 +104,27 @@ def test_running_out_of_the_planned_gpu_memory_is_a_result(tmp_path: Path) -> No
     [result] = run_real(plan, LocalLauncher(2), None, [0], tmp_path, 1, 0, 300)
     assert result.status == "oom", result.error
     assert "more than the emulated device's 8388608" in (result.error or "")
+
+
+def test_a_large_plan_is_refused_on_cpu_unless_scaled(tmp_path: Path) -> None:
+    """Llama-3-70B on 64 GPUs would need terabytes here: skipped with the fix; at --scale the
+    model narrows so that every candidate's tp still divides what it splits."""
+    from placer.cli.launch_command import load_plan
+    from placer.verify.realmodel import _base, host_memory_problem, scaled_plan
+
+    root = Path(__file__).resolve().parents[1]
+    plan = load_plan(root / "examples" / "llama3-70b-8x-dgx-h100" / "plan.json")
+    full = _base(plan, 0, None, "cpu")
+    why = host_memory_problem(full, plan.candidates[0].layout.num_gpus)
+    assert why is not None and "narrow the model with --scale" in why
+    small = scaled_plan(plan, 0.05)
+    model = small.model
+    assert model.num_layers == plan.model.num_layers
+    assert model.num_attention_heads == plan.model.num_attention_heads
+    assert model.hidden_size < plan.model.hidden_size / 10
+    for cand in small.candidates:
+        assert model.ffn_hidden_size % cand.layout.tp == 0
+        assert model.vocab_size % cand.layout.tp == 0
+    scaled = _base(small, 0, None, "cpu")
+    assert scaled.predicted_memory_bytes is not None and full.predicted_memory_bytes is not None
+    assert scaled.predicted_memory_bytes < full.predicted_memory_bytes / 20

@@ -243,7 +243,8 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="link profile to predict with (default: calibrate on the same ranks first)")
 @click.option("--scale", type=click.FloatRange(0, 1, min_open=True), default=1.0,
-              show_default=True, help="shrink every message and the compute by this factor")
+              show_default=True, help="shrink every message and the compute by this factor "
+              "(--real-model: the model's widths and vocabulary)")
 @click.option("--steps", type=click.IntRange(1, 1000), default=5, show_default=True,
               help="timed steps per candidate (after --warmup-steps)")
 @click.option("--warmup-steps", type=click.IntRange(0, 100), default=1, show_default=True)
@@ -325,6 +326,9 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
     default_nproc = plan.candidates[0].layout.num_gpus if plan.candidates else 1
     _check_shapes(plan, options, emulate, nproc or default_nproc, as_json)
     if real_model:
+        from placer.verify.realmodel import scaled_plan
+
+        plan = scaled_plan(plan, scale)
         _verify_real(plan_path, plan, profile, options, (emulate, inter_node_mbit, nproc,
                      default_nproc), work_dir, out_path, as_json, save_profile)
         return
@@ -384,6 +388,9 @@ def _verify_slurm(plan_path: Path, plan: Plan, profile: LinkProfile | None, sour
     _say(f"verifying {plan_path} on {where}", as_json)
     slurm_options = SlurmOptions(partition, account, time_limit, tuple(sbatch_args))
     if real_model:
+        from placer.verify.realmodel import scaled_plan
+
+        plan = scaled_plan(plan, options.scale)
         _real_on_slurm(plan_path, plan, profile, options, client, slurm_options,
                        work_dir.absolute(), where, out_path, save_profile, as_json)
         return

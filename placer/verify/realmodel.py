@@ -79,6 +79,53 @@ def unsupported(model: Model, layout: Layout) -> str | None:
     return "the real-model mode does not build " + ", ".join(reasons)
 
 
+def _round_to(value: float, multiple: int) -> int:
+    return max(multiple, round(value / multiple) * multiple)
+
+
+def scaled_plan(plan: Plan, scale: float) -> Plan:
+    """The plan with its model narrowed by ``scale`` (CPU runs of a large model): hidden size,
+    FFN and expert widths and vocabulary shrink, layers, heads, the layout and the job stay, so
+    every parallel dimension still divides what it splits (multiples of every candidate's tp
+    and ep, and of 8). Predictions are made for the scaled model, not the plan's."""
+    if scale >= 1.0:
+        return plan
+    model = plan.model
+    split = max(c.layout.tp * c.layout.etp for c in plan.candidates) * 8
+    head_dim = _round_to(model.attention_head_dim * scale, 8)
+    update: dict[str, Any] = {
+        "hidden_size": head_dim * model.num_attention_heads, "head_dim": head_dim,
+        "ffn_hidden_size": _round_to(model.ffn_hidden_size * scale, split),
+        "vocab_size": _round_to(model.vocab_size * scale, split),
+        "name": f"{model.name}-x{scale:g}"[:96]}
+    data = {**model.model_dump(mode="json"), **update}
+    if model.moe is not None:
+        moe = model.moe
+        data["moe"] = {**moe.model_dump(mode="json"),
+                       "expert_ffn_hidden_size": _round_to(moe.expert_ffn_hidden_size * scale,
+                                                           split)}
+        if moe.shared_expert_ffn_hidden_size:
+            data["moe"]["shared_expert_ffn_hidden_size"] = _round_to(
+                moe.shared_expert_ffn_hidden_size * scale, split)
+    return plan.model_copy(update={"model": Model.model_validate(data)})
+
+
+def host_memory_problem(result: RealResult, world_size: int) -> str | None:
+    """On CPU every rank lives in this machine's memory: refuse a run that would need more than
+    half of what is available (MemAvailable, /proc/meminfo) rather than swap or be killed."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    available = next((int(line.split()[1]) * 1024 for line in text.splitlines()
+                      if line.startswith("MemAvailable:")), None)
+    need = (result.predicted_memory_bytes or 0) * world_size
+    if available is None or need <= available / 2:
+        return None
+    return (f"its {world_size} ranks would need about {need / 2**30:.1f} GiB of this machine's "
+            f"memory ({available / 2**30:.1f} GiB available); narrow the model with --scale")
+
+
 def worker_config(plan: Plan, index: int, job_dir: Path, steps: int, warmup_steps: int,
                   timeout_s: float) -> dict[str, Any]:
     """What workers/model.py reads besides the rank map."""
@@ -327,6 +374,8 @@ def run_real(plan: Plan, launcher: Launcher, profile: LinkProfile | None, indice
         if why is None:
             why = check_shape(placement, launcher.num_nodes, launcher.gpus_per_node,
                               launcher.description)
+        if why is None and device == "cpu":
+            why = host_memory_problem(result, placement.world_size)
         if why is not None:
             result.error = why
             results.append(result)
