@@ -140,7 +140,7 @@ def _jean_zay(nodes: int) -> Cluster:
 # wire speed even at 32 Gb/s (nccl#209); no measurement on this fabric was found, so the figure
 # is a hardware constant fitted by bench/fit_compute.py over all BLOOM rows (the only runs on
 # it) and handed to the cost model the way a measured link profile would be.
-JEAN_ZAY_NETWORK_BUSBW = 1.36e9
+JEAN_ZAY_NETWORK_BUSBW = 1.28e+09
 JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
 
 
@@ -577,7 +577,10 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
 
         family = constant_family(calib.gpu)
         gemm = calib.gemm
-        per_family = values.get("gemm", {}).get(family)
+        # A field the family's rows do not fit (fit_compute.parameters) is its fallback
+        # family's, as in profile.gemm_for.
+        fitted = values.get("gemm", {})
+        per_family = {**fitted.get(FAMILY_FALLBACK.get(family, ""), {}), **fitted.get(family, {})}
         if per_family:
             gemm = gemm.model_copy(update=per_family)
         factor = values.get("elementwise_traffic_factor", calib.elementwise_traffic_factor)
@@ -671,21 +674,24 @@ def report(outcomes: list[Outcome], skipped: list[tuple[str, str]], pairs: list[
 
 
 def sweep_checks(outcomes: list[Outcome]) -> tuple[int, int]:
-    """Pairs of rows of one published sweep (same source, model, GPU count and precision) whose
-    measured throughput differs by more than 2 %: (ordered right by the model, total)."""
-    groups: dict[tuple[str, str, int, str], list[Outcome]] = {}
+    """Pairs of rows of one published sweep (same source, model, cluster, GPU count and
+    precision, different layout or batch) whose measured throughput differs by more than 2 %:
+    (ordered right by the model, total). Identical inputs measured twice (a table repeated for a
+    newer software release) are no sweep: nothing in them orders the pair."""
+    groups: dict[tuple[str, str, str, int, str], list[Outcome]] = {}
     for o in outcomes:
         if o.case.oom:
             continue
         c = o.case
-        groups.setdefault((c.source, c.model.name, c.layout.num_gpus, c.job.precision),
-                          []).append(o)
+        groups.setdefault((c.source, c.model.name, c.cluster.node_types[0].gpu.name,
+                           c.layout.num_gpus, c.job.precision), []).append(o)
     right = total = 0
     for rows in groups.values():
         for i, a in enumerate(rows):
             for b in rows[i + 1:]:
                 ra, rb = a.case.reported_tps, b.case.reported_tps
-                if abs(ra - rb) <= 0.02 * max(ra, rb):
+                same = (a.case.layout == b.case.layout and a.case.job == b.case.job)
+                if same or abs(ra - rb) <= 0.02 * max(ra, rb):
                     continue
                 total += 1
                 right += (ra > rb) == (a.predicted_tps > b.predicted_tps)
