@@ -115,8 +115,10 @@ def _recipe_gpu(recipe: Recipe) -> str | None:
 
 
 def nearest_recipes(model: Model, cluster: Cluster, num_gpus: int,
-                    stack: str = DEFAULT_STACK) -> list[Recipe]:
-    """The stack's recipes for this GPU type and a model within 2x the size, nearest first."""
+                    stack: str = DEFAULT_STACK, seq_len: int | None = None) -> list[Recipe]:
+    """The stack's recipes for this GPU type and a model within 2x the size, nearest first:
+    by parameters, then GPU count, then sequence length; on a tie the later row of the recipe
+    files, which list each stack's tables oldest first."""
     params = total_params(model)
     gpu = _gpu_name(cluster)
     found: list[tuple[float, str, Recipe]] = []
@@ -130,7 +132,9 @@ def nearest_recipes(model: Model, cluster: Cluster, num_gpus: int,
         if size > math.log(RECIPE_SIZE_RATIO):
             continue
         distance = size + 0.5 * abs(math.log(num_gpus / recipe.num_gpus))
-        found.append((distance, recipe.id, recipe))
+        if seq_len is not None:
+            distance += 0.25 * abs(math.log(seq_len / recipe.seq_len))
+        found.append((round(distance, 9), -published_recipes().index(recipe), recipe))
     return [recipe for _, _, recipe in sorted(found, key=lambda x: (x[0], x[1]))]
 
 
@@ -165,7 +169,7 @@ def recipe_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
     """The nearest published recipe that transfers and fits, or why none does ("" if none)."""
     plain = _plain(job)
     why = ""
-    for recipe in nearest_recipes(model, cluster, num_gpus, stack):
+    for recipe in nearest_recipes(model, cluster, num_gpus, stack, job.seq_len):
         layout, problem = recipe_layout(recipe, model, plain, num_gpus)
         if layout is None:
             why = why or f"the nearest recipe {recipe.id} does not transfer: {problem}"
