@@ -410,8 +410,10 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # checkpointing policies decide what is saved whether or not torch.compile runs (the SAC
     # policy keeps the same matmul outputs), so compiled runs keep the eager module structure.
     eager = source in TORCHTITAN_SOURCES
+    # torchtitan's attention is F.scaled_dot_product_attention, whose flash backend is
+    # FlashAttention-2 (an assumption where the page does not name the backend).
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
-                       fused_kernels=not eager,
+                       fused_kernels=not eager, attention_kernel="fa2" if eager else "cudnn",
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)

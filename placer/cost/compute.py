@@ -35,6 +35,11 @@ from placer.spec.model import Model
 
 # Activations move in bf16 (FP8 recipes quantise only the GEMM inputs).
 ACTIVATION_BYTES = 2
+# FlashAttention-2's throughput on Hopper relative to the Hopper-specific kernels (cuDNN's fused
+# attention, FlashAttention-3) that the fitted attention efficiency describes: FA2 reaches 35 % of
+# H100's BF16 peak where FA3 reaches 75 % (Shah et al. 2024, FlashAttention-3,
+# arXiv:2407.08608, section 1). Applied on every GPU (no measurement for others).
+FA2_RELATIVE_THROUGHPUT = 0.35 / 0.75
 # FlashAttention-2 backward: 5 matmuls against 2 in the forward pass (Dao 2023, arXiv:2307.08691).
 ATTENTION_BACKWARD_RATIO = 2.5
 # Token dispatcher passes of one MoE layer's forward over the routed tokens (routed x h, activation
@@ -68,6 +73,7 @@ class LayerWork:
     module_bytes: tuple[tuple[str, float], ...] = ()  # what each recompute module releases
     shared_gemms: int = 0  # trailing entries of ``gemms`` that are the shared experts'
     attention_keys: float = 0.0  # keys per query in one fused-attention kernel call
+    attention_kernel: str = "cudnn"  # which fused-attention kernel runs (CostOptions)
 
     @property
     def gemm_flops(self) -> float:
@@ -137,7 +143,8 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      attention_gemms=attention_gemms, dispatch_bytes=dispatch,
                      routed_tokens=routed,
                      module_bytes=tuple((n, b * tokens) for n, b in stored.modules),
-                     shared_gemms=shared, attention_keys=keys)
+                     shared_gemms=shared, attention_keys=keys,
+                     attention_kernel=options.attention_kernel)
 
 
 def attended_keys_per_query(model: Model, seq_len: int, causal: bool = True) -> float:
@@ -225,6 +232,8 @@ def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
     fused = 0.0
     if work.attention_flops:
         efficiency = gemm.attention_efficiency or gemm.max_efficiency
+        if work.attention_kernel == "fa2":
+            efficiency *= FA2_RELATIVE_THROUGHPUT
         fused = gemm_time(work.attention_flops, bf16_peak,
                           efficiency * attention_key_efficiency(work.attention_keys, calib), half)
     return unfused + fused

@@ -9,6 +9,7 @@ reducing gradients after the last micro-batch), and bench/accuracy.py sets these
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 # Default load imbalance across experts: the busiest rank receives this multiple of the mean
 # token count. Switch Transformer and GShard train with an expert capacity factor of 1.25
@@ -29,6 +30,10 @@ class CostOptions:
 
     flash_attention: bool = True
     """Fused attention: no s x s scores stored or moved; causal blocks skipped."""
+    attention_kernel: Literal["cudnn", "fa2"] = "cudnn"
+    """Fused-attention kernel: ``cudnn`` (Transformer Engine's cuDNN fused attention, or
+    FlashAttention-3, on Hopper and later), or ``fa2`` (FlashAttention-2, what PyTorch's SDPA
+    flash backend runs), slower on Hopper (compute.FA2_RELATIVE_THROUGHPUT)."""
     fused_kernels: bool = True
     """Megatron-Core / Transformer Engine kernels: fused QKV and gate+up projections, a fused
     SwiGLU that saves only its input, contiguous q/k/v, and under sequence parallelism linears
