@@ -1,15 +1,18 @@
 """Fit the cost model's compute-efficiency constants on the calibration set.
 
-A handful of hardware constants are fitted jointly over every measured row of the published-runs
-calibration set (never row by row): per GPU family the achievable fraction of peak for large BF16
-GEMMs, for FP8 GEMMs and for fused attention, and the GEMM size that reaches half of it; three
-constants shared by all families (element-wise memory traffic per stored activation byte, the
-fraction of overlapped communication that overlap hides, and the MoE token dispatcher's time per
-routed token copy, fitted only where MoE rows exist); and the NCCL bus bandwidth of the one
-fabric in the set with no published measurement (Jean Zay's Omni-Path, used by the BLOOM rows).
-The loss is the mean absolute log error of throughput, so a few rows the model cannot describe
-do not dominate it. A family's FP8 and attention figures are fitted only where
-it has rows that use them. Coordinate search over a shrinking grid: deterministic, a minute or two.
+A handful of constants are fitted jointly over every measured row of bench/data/published-runs.json
+(never row by row). Per GPU die family (profile.constant_family: H200 with H100, GB200 with B200):
+the achievable fraction of peak for large BF16 GEMMs (only from dense BF16 rows), for FP8 GEMMs
+and for fused attention, and the GEMM size that reaches half of it. Shared by all families, as
+mechanisms: element-wise memory traffic per stored activation byte, the fraction of overlapped
+communication that overlap hides, the keys per query at which fused attention reaches half its
+throughput, and the MoE token dispatcher's time per routed token copy and per layer (fitted only
+where MoE rows exist). And the NCCL bus bandwidth of the one fabric in the set with no published
+measurement (Jean Zay's Omni-Path, used by the BLOOM rows). The loss is the mean absolute log
+error of throughput, so a few rows the model cannot describe do not dominate it. A family's FP8
+and attention figures are fitted only where it has rows that use them; a family without a field
+uses its FAMILY_FALLBACK's. Coordinate search over a shrinking grid: deterministic, minutes.
+bench/accuracy.py calls ``fit`` once per held-out source for its leave-one-source-out table.
 
 Prints the fitted values (paste them into placer/cost/profile.py and JEAN_ZAY_NETWORK_BUSBW in
 bench/accuracy.py) and the accuracy they give.
