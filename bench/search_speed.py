@@ -10,11 +10,18 @@ order), reduced by the same rules as the table (least recompute that fits per kn
 layout slower *and* larger than another of the same degrees), then the greedy top K. The search
 (branch and bound + CP-SAT) must return the same K layouts; the bench prints both.
 
+``--commands`` times ``placer recommend-layout`` itself as a user runs it (a fresh process,
+default flags, what-ifs on) for the issue #20 problems [GPT-3 175B / 1,024 A100 < 2 s;
+Llama 3.1 405B / 16,384 H100 < 4 s; DeepSeek-V3 from its HF config / 2,048 H100 < 6 s; 100,000
+H100 with a batch of 16,000 < 20 s and < 2 GiB], beside the same inputs timed in a warm process,
+with the ratios; it prints the machine's load before and after (timings on a shared machine).
+
 ``--published`` runs recommend-layout's search on every loadable production run of
 bench/data/published-runs.json (bench/accuracy.py reads them) and compares the top
 candidate's predicted step time with the published layout's, both priced by placer's cost model.
 
     .venv/bin/python bench/search_speed.py [--case NAME ...] [--no-brute] [--published]
+    .venv/bin/python bench/search_speed.py --commands [--command NAME ...]
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -213,6 +221,126 @@ def run_speed(names: list[str], brute: bool) -> None:
             print(f"  {ta:9.4f} {a:<70} {flag} {tb:9.4f} {b}")
 
 
+@dataclass(frozen=True)
+class Command:
+    """A problem as a user types it: recommend-layout's flags, defaults for everything else."""
+
+    label: str
+    argv: tuple[str, ...]
+    target_s: float
+    target_gib: float | None = None
+
+
+COMMANDS = {
+    "gpt3": Command("GPT-3 175B, 1,024 A100 (DGX A100 x 128)",
+                    ("--model", "gpt3-175b", "--cluster", "dgx-a100", "--nodes", "128"), 2.0),
+    "llama405b": Command("Llama 3.1 405B, 16,384 H100 (DGX H100 x 2048)",
+                         ("--model", "llama3-405b", "--cluster", "dgx-h100", "--nodes", "2048"),
+                         4.0),
+    "deepseek": Command("DeepSeek-V3 from its HF config, 2,048 H100 (DGX H100 x 256)",
+                        ("--model", "tests/data/hf/deepseek-v3", "--cluster", "dgx-h100",
+                         "--nodes", "256"), 6.0),
+    "100k": Command("Llama 3.1 405B, 100,000 H100, batch 16,000 (no power of two divides it)",
+                    ("--model", "llama3-405b", "--cluster", "dgx-h100", "--nodes", "12500",
+                     "--global-batch", "16000"), 20.0, 2.0),
+}
+"""The issue #20 targets: the whole command, a fresh process, default flags (what-ifs on)."""
+
+
+def child_inproc(name: str) -> dict[str, Any]:
+    """The command's inputs resolved as the command does, then timed inside this process: the
+    main search alone (``recommend``) and the whole recommendation (``make_plan``, what-ifs
+    included)."""
+    from placer.cli.recommend_command import args_from_argv
+    from placer.report.plan import make_plan
+
+    args = args_from_argv(["--quiet", *COMMANDS[name].argv])
+    from placer.cli.options import load_job_inputs
+
+    inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
+                             global_batch=args.global_batch, seq_len=args.seq_len,
+                             precision=args.precision, constraints=args.constraints,
+                             knobs=args.knobs)
+    started = time.perf_counter()
+    result = recommend(inputs.model, inputs.cluster, inputs.job, top_k=TOP_K)
+    search_s = time.perf_counter() - started
+    started = time.perf_counter()
+    rec = make_plan(inputs.model, inputs.cluster, inputs.job, top_k=TOP_K)
+    plan_s = time.perf_counter() - started
+    return {"search_s": search_s, "plan_s": plan_s, "best": result.candidates[0].layout.compact(),
+            "plan_best": rec.plan.candidates[0].layout.compact(), "what_ifs": len(rec.what_ifs),
+            "gpus": inputs.cluster.num_gpus}
+
+
+def time_command(argv: list[str]) -> dict[str, Any]:
+    """Run ``placer recommend-layout ARGV`` in a fresh process: wall time, when the first line
+    of the answer appeared on stdout, and the child's peak resident memory."""
+    placer = Path(sys.executable).with_name("placer")
+    started = time.perf_counter()
+    first_s = None
+    with subprocess.Popen([str(placer), "recommend-layout", *argv], cwd=HERE.parent.parent,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        for _line in proc.stdout:
+            if first_s is None:
+                first_s = time.perf_counter() - started
+        err = proc.stderr.read()
+        code = proc.wait()
+    wall_s = time.perf_counter() - started
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if code != 0:
+        return {"error": (err.strip().splitlines() or ["?"])[-1]}
+    return {"wall_s": wall_s, "first_s": first_s, "peak_mib": peak_mib}
+
+
+def _spawn_command(argv: list[str]) -> dict[str, Any]:
+    """``time_command`` from a fresh helper process, so each peak memory is that run's own."""
+    out = subprocess.run([sys.executable, str(HERE), "--time-command", json.dumps(argv)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def run_commands(names: list[str]) -> None:
+    """The command as a user runs it, beside the same work timed in a warm process."""
+    print("command = placer recommend-layout FLAGS, fresh process, default flags (what-ifs on);")
+    print("  answer = when the first line of the answer reached stdout; peak = its ru_maxrss")
+    print("in-process = the same inputs in one warm process: the main search (recommend) and")
+    print("  the whole recommendation (make_plan, what-ifs included)")
+    print(f"before: {_load()}")
+    print()
+    header = (f"{'problem':<10} {'GPUs':>7} {'command s':>9} {'answer s':>8} {'target':>10} "
+              f"{'peak MiB':>8} {'search s':>8} {'plan s':>7} {'cmd/plan':>8} "
+              f"{'cmd/search':>10}  flags")
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        command = COMMANDS[name]
+        timed = _spawn_command(list(command.argv))
+        inproc = _spawn("inproc", name)
+        if "error" in timed or "error" in inproc:
+            print(f"{name:<10} error: {timed.get('error') or inproc.get('error')}")
+            continue
+        ok = timed["wall_s"] < command.target_s
+        target = f"<{command.target_s:g} s"
+        if command.target_gib is not None:
+            ok = ok and timed["peak_mib"] < command.target_gib * 1024
+            target += f",<{command.target_gib:g}G"
+        print(f"{name:<10} {inproc['gpus']:>7} {timed['wall_s']:>9.2f} {timed['first_s']:>8.2f} "
+              f"{target:>10} {timed['peak_mib']:>8.0f} {inproc['search_s']:>8.2f} "
+              f"{inproc['plan_s']:>7.2f} {timed['wall_s'] / inproc['plan_s']:>8.2f} "
+              f"{timed['wall_s'] / inproc['search_s']:>10.2f}  {' '.join(command.argv)} "
+              f"[{_mark(ok)}]")
+    print()
+    print(f"after: {_load()}")
+
+
 def _accuracy_module() -> Any:
     spec = importlib.util.spec_from_file_location("bench_accuracy", HERE.with_name("accuracy.py"))
     assert spec is not None and spec.loader is not None
@@ -301,12 +429,24 @@ def main() -> None:
     parser.add_argument("--case", action="append", choices=sorted(PROBLEMS))
     parser.add_argument("--no-brute", action="store_true")
     parser.add_argument("--published", action="store_true")
+    parser.add_argument("--commands", action="store_true",
+                        help="time the command itself (fresh process, default flags) beside the "
+                             "in-process figures, for the issue #20 problems")
+    parser.add_argument("--command", action="append", choices=sorted(COMMANDS),
+                        help="with --commands: only these problems")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "NAME"), help=argparse.SUPPRESS)
+    parser.add_argument("--time-command", metavar="ARGV_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         mode, name = args.child
-        result = child_search(name) if mode == "search" else child_brute(name)
-        print(json.dumps(result))
+        children = {"search": child_search, "brute": child_brute, "inproc": child_inproc}
+        print(json.dumps(children[mode](name)))
+        return
+    if args.time_command:
+        print(json.dumps(time_command(json.loads(args.time_command))))
+        return
+    if args.commands:
+        run_commands(args.command or list(COMMANDS))
         return
     if args.published:
         run_published()
