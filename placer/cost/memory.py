@@ -352,9 +352,11 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     layer_params = max(0.0, body) / max(1, shape.layers)
     if zero >= 3 and layout.zero3_per_step:
         # FSDP2 under pipelining (torchtitan's default) keeps the stage unsharded for the whole
-        # step and accumulates unsharded gradients in the parameter dtype between micro-batches.
+        # step and accumulates unsharded gradients between micro-batches in the reduce dtype
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, to_accumulated_grad_if_needed
+        # upcasts them; torchtitan reduces in fp32): the gradient dtype, not the weights'.
         weights += params.total * opt.param_bytes
-        gradients += params.total * opt.param_bytes
+        gradients += params.total * opt.grad_bytes
     elif zero >= 3 and not layout.reshards_after_forward:
         # Gathered in the forward and kept for the backward: the stage's weights at once.
         transient = params.total * opt.param_bytes + layer_params * opt.grad_bytes
