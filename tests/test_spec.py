@@ -37,6 +37,7 @@ from placer.spec.presets import (
     model_preset,
     read_document,
 )
+from placer.spec.stack import stack_names
 
 PRESETS = Path(placer.spec.__file__).parent / "presets"
 KINDS = ("cluster", "job", "layout", "model", "plan")
@@ -128,11 +129,12 @@ def test_presets_command_lists_everything(capsys: pytest.CaptureFixture[str]) ->
     code, out, _ = _run(["presets", "--json"], capsys)
     assert code == 0
     assert json.loads(out) == {"gpus": gpu_names(), "clusters": cluster_names(),
-                               "models": model_names()}
+                               "models": model_names(), "stacks": stack_names()}
     code, out, _ = _run(["presets"], capsys)
     assert code == 0
     words = set(out.replace("│", " ").split())
     assert set(gpu_names()) | set(cluster_names()) | set(model_names()) <= words
+    assert set(stack_names()) <= words
 
 
 # --- Layout ------------------------------------------------------------------------------------

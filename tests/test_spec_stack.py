@@ -124,3 +124,21 @@ def test_new_layout_knobs_round_trip(text: str) -> None:
     layout = Layout.parse(text)
     assert layout.compact() == text
     assert Layout.parse(layout.compact()) == layout
+
+
+def test_stack_presets_validate_against_the_stack_schema(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from importlib import resources
+
+    import jsonschema
+    from helpers_cli import cli
+
+    from placer.spec.presets import load_yaml
+
+    code, out, err = cli(["schema", "stack"], capsys)
+    assert code == 0, err
+    schema = json.loads(out)
+    folder = resources.files("placer.spec").joinpath("presets", "stacks")
+    for name in stack_names():
+        jsonschema.validate(load_yaml(folder.joinpath(f"{name}.yaml").read_text()), schema)

@@ -20,12 +20,13 @@ from placer.spec.presets import (
 from placer.units import gib
 
 SCHEMA_NAMES = ("model", "cluster", "node", "job", "layout", "profile", "plan", "estimate",
-                "rankmap", "replay", "bench-config", "bench", "verify", "check")
+                "rankmap", "replay", "bench-config", "bench", "verify", "check", "stack")
 """Every document placer reads or writes, by the name ``placer schema NAME`` takes: model,
 cluster, node (``topology import``), job, layout, profile (``calibrate --out``), plan
 (``recommend-layout --json/--emit``), estimate (``estimate --json``), rankmap (``launch``:
 rankmap.json), replay (verify's replay.json), bench-config and bench (the calibration worker's
-config and measurements), verify (``verify --json/--out``), check (``check --format json``)."""
+config and measurements), verify (``verify --json/--out``), check (``check --format json``),
+stack (``--stack FILE``)."""
 
 
 def schemas() -> dict[str, type[BaseModel]]:
@@ -42,20 +43,23 @@ def schemas() -> dict[str, type[BaseModel]]:
         VerifyResults,
     )
     from placer.spec.profile import LinkProfile
+    from placer.spec.stack import Stack
 
     models: list[type[BaseModel]] = [Model, Cluster, NodeType, Job, Layout, LinkProfile, Plan,
                                      EstimateDocument, RankMapDocument, ReplayConfig, BenchConfig,
-                                     BenchResults, VerifyResults, CheckReport]
+                                     BenchResults, VerifyResults, CheckReport, Stack]
     return dict(zip(SCHEMA_NAMES, models, strict=True))
 
 
 @click.command("presets")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable list")
 def presets_command(as_json: bool) -> None:
-    """List every GPU, cluster and model preset."""
+    """List every GPU, cluster, model and stack preset."""
+    from placer.spec.stack import load_stack, stack_names
+
     if as_json:
         click.echo(json.dumps({"gpus": gpu_names(), "clusters": cluster_names(),
-                               "models": model_names()}, indent=2))
+                               "models": model_names(), "stacks": stack_names()}, indent=2))
         return
     console = Console(width=120)
     gpus = Table("GPU", "memory GiB", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM TB/s", title="GPUs")
@@ -80,7 +84,13 @@ def presets_command(as_json: bool) -> None:
         models.add_row(name, str(m.num_layers), str(m.hidden_size),
                        f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size),
                        str(m.vocab_size), experts)
-    for table in (gpus, clusters, models):
+    stacks = Table("stack", "framework", "schedules", "recompute", "ZeRO", "source",
+                   title="stacks (--stack)")
+    for name in stack_names():
+        k = load_stack(name)
+        stacks.add_row(name, k.framework, " ".join(k.schedules), " ".join(k.recompute),
+                       " ".join(map(str, k.zero_stages)), k.source)
+    for table in (gpus, clusters, models, stacks):
         console.print(table)
 
 

@@ -81,6 +81,12 @@ class Condition(Spec):
         return f"{self.key} in {joined}" if self.op == "in" else f"{self.key}{self.op}{joined}"
 
 
+def _conditions_or_strings(schema: dict[str, object]) -> None:
+    """JSON schema of ``when``: conditions or their text (``"pp>1"``), as preset files write."""
+    items = schema["items"]
+    schema["items"] = {"anyOf": [items, {"type": "string", "description": "e.g. 'zero>=2'"}]}
+
+
 def _parse_when(data: object) -> object:
     """``when`` written as strings (``["pp>1", "zero>=2"]``) becomes Conditions."""
     if isinstance(data, dict) and isinstance(data.get("when"), list | tuple | str):
@@ -95,7 +101,7 @@ class StackRule(Spec):
     """A combination the framework refuses: every condition of ``when`` holds."""
 
     id: str = Field(pattern=r"^[a-z0-9-]{1,64}$")
-    when: tuple[Condition, ...] = Field(min_length=1)
+    when: tuple[Condition, ...] = Field(min_length=1, json_schema_extra=_conditions_or_strings)
     why: str = Field(min_length=1, max_length=400)
     source: str = Field(min_length=1, max_length=300, description="repo@commit:path[:line]")
 
@@ -109,7 +115,7 @@ class StackRequirement(Spec):
     """Flags a launch must carry when ``when`` holds (what the framework asserts otherwise)."""
 
     id: str = Field(pattern=r"^[a-z0-9-]{1,64}$")
-    when: tuple[Condition, ...] = Field(min_length=1)
+    when: tuple[Condition, ...] = Field(min_length=1, json_schema_extra=_conditions_or_strings)
     flags: str = Field(min_length=1, max_length=300)
     why: str = Field(min_length=1, max_length=400)
     source: str = Field(min_length=1, max_length=300)
