@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,14 @@ def test_random_scripts_split_like_bash() -> None:
         expected = [line[1:-1] for line in out.splitlines()]
         got = [w.text for w in evaluate(script).words if w.command == "printf"][2:]
         assert got == expected and got[0] == "START" and got[-1] == "END", script
+
+
+def test_source_reads_a_file_next_to_the_script(tmp_path: Path) -> None:
+    (tmp_path / "config.sh").write_text('export ARGS="--tp ${TP}"\nNODES=4\n')
+    script = "TP=16\n. `pwd`/config.sh\nsource $PWD/missing.sh\nrun $ARGS\n"
+    result = evaluate(script, directory=tmp_path)
+    assert [w.text for w in result.words] == ["run", "--tp", "16"]
+    # what the sourced file wrote is placed on the line that sources it
+    assert result.value("NODES") == "4" and [w.line for w in result.words] == [4, 2, 2]
+    assert any("missing.sh is sourced; what it sets is not read" in n for n in result.notes)
+    assert evaluate(script).value("NODES") is None  # without the folder nothing is read

@@ -72,7 +72,7 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
     env, header_notes = sbatch_inputs(header)
     env.update(inputs or {})
     try:
-        script = evaluate(text, env, RUNTIME_VARIABLES)
+        script = evaluate(text, env, RUNTIME_VARIABLES, path.resolve().parent)
     except ShellSyntaxError as exc:
         raise PlacerError(f"{path}: not a bash script this reader follows: {exc}") from None
     values, bools, notes = _flag_values(script.words)

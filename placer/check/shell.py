@@ -8,7 +8,8 @@ Expansion", "Word Splitting", "Arithmetic Evaluation", "Compound Commands"), wit
 command: a command substitution, an unset scheduler variable (``SLURM_NNODES``) or a value read
 at run time is *unknown*; a condition on an unknown value runs every branch as "unknown", and a
 variable the branches set differently is unknown afterwards (reported in ``notes``, not guessed).
-Heredoc bodies are skipped; ``bash -c STRING`` and ``eval STRING`` are read as scripts.
+Heredoc bodies are skipped; ``bash -c STRING`` and ``eval STRING`` are read as scripts, and a file
+next to the script that it ``source``s is read in place (``pwd`` is taken as the script's folder).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from placer.check.shell_arith import arithmetic
 
@@ -31,6 +33,8 @@ _MAX_LOOP_ITEMS = 64
 _MAX_DEPTH = 16
 # commands evaluated per script, loops and branches included: past this it is not a launch script
 _MAX_STEPS = 100_000
+_MAX_SOURCED = 16  # files read through `source` per script
+_MAX_SOURCED_BYTES = 1 << 20
 UNKNOWN_MARK = "\x00"  # a part of a string known only at run time (bash strings hold no NUL)
 
 
@@ -640,16 +644,22 @@ class Evaluator:
     ``runtime`` the names a scheduler or launcher sets at run time (unknown unless in inputs)."""
 
     def __init__(self, text: str, inputs: Mapping[str, str] | None = None,
-                 runtime: tuple[str, ...] = ()) -> None:
+                 runtime: tuple[str, ...] = (), directory: Path | None = None) -> None:
         self.source = text.splitlines()
         self.result = Script()
         variables: dict[str, Value] = {name: Unknown(f"${name} is set when the job runs")
                                        for name in runtime}
+        self.directory = directory
+        if directory is not None:
+            # read as run from its own directory: `pwd` and $PWD are the script's folder
+            variables["PWD"] = Scalar(str(directory), 0, 0)
         for name, text_value in (inputs or {}).items():
             variables[name] = Scalar(text_value, 0, 0)
         self.text = text
         self.state = _State(variables, {})
         self.steps = 0
+        self.line_override: int | None = None
+        self.sourced = 0
 
     def run(self) -> Script:
         nodes = _Parser(_Lexer(self.text).run()).parse_list()
@@ -844,10 +854,7 @@ class Evaluator:
                     st.variables.pop(arg, None)
             return True
         if base in ("source", "."):
-            sourced = " ".join(tok.text for tok in node.words[1:])[:60]
-            self.result.notes.append(f"line {node.line}: {sourced} is sourced; what it sets is "
-                                     "not read")
-            return None
+            return self._source(node, args[0] if args else None, st)
         if base == "eval" and None not in args:
             self._nested(" ".join(a or "" for a in args), node.line, fields[0][2], st)
             return None
@@ -872,7 +879,35 @@ class Evaluator:
     def _emit(self, fields: list[tuple[str, int, str]], command: str | None,
               st: _State) -> None:
         for text, line, raw in fields:
-            self.result.words.append(Word(_known(text), raw, line, command, st.conditional))
+            self.result.words.append(Word(_known(text), raw, self.line_override or line,
+                                          command, st.conditional))
+
+    def _source(self, node: _Simple, name: str | None, st: _State) -> Status:
+        """``source FILE``: a file next to the script is read in place (its variables and
+        commands count, at the line of the source command); any other is noted."""
+        raw = " ".join(tok.text for tok in node.words[1:])[:60]
+        target = Path(name) if name else None
+        if target is not None and not target.is_absolute() and self.directory is not None:
+            target = self.directory / target
+        if (target is None or self.directory is None or not target.is_file()
+                or target.stat().st_size > _MAX_SOURCED_BYTES
+                or self.sourced >= _MAX_SOURCED):
+            self.result.notes.append(f"line {node.line}: {raw} is sourced; what it sets is "
+                                     "not read")
+            return None
+        self.sourced += 1
+        try:
+            text = target.read_text(encoding="utf-8")
+            nodes = _Parser(_Lexer(text).run()).parse_list()
+        except (OSError, UnicodeDecodeError, ShellSyntaxError):
+            self.result.notes.append(f"line {node.line}: {raw} could not be read; ignored")
+            return None
+        self.result.notes.append(f"line {node.line}: read {target.name}, which it sources")
+        saved, self.line_override = self.line_override, self.line_override or node.line
+        try:
+            return self._list(nodes, st)
+        finally:
+            self.line_override = saved
 
     def _nested(self, script: str, line: int, raw: str, st: _State) -> None:
         """``bash -c STRING``: the string's commands, with the caller's variables."""
@@ -931,6 +966,8 @@ class Evaluator:
             elif append and isinstance(old, Unknown):
                 st.variables[name] = old
                 return
+            if self.line_override:
+                items = [(text, self.line_override) for text, _ in items]
             st.variables[name] = Array(tuple(items))
             return
         match = _ASSIGN_RE.match(tok.text)
@@ -953,7 +990,9 @@ class Evaluator:
             return
         else:
             prefix = old.text if append and isinstance(old, Scalar) else ""
-            st.variables[name] = Scalar(prefix + value, tok.line, end)
+            line = self.line_override or tok.line
+            st.variables[name] = Scalar(prefix + value, line,
+                                        line if self.line_override else end)
 
     # -- expansion --
 
@@ -1086,15 +1125,16 @@ class _Expander:
                 i = end + 1
             elif c == "`":
                 end = raw.index("`", i + 1)
-                self._unknown()
+                self._substitution(raw[i + 1:end])
                 i = end + 1
             elif c == "$" and raw.startswith("$((", i) and _is_arith(raw, i):
                 end = _matching(raw, i + 1, "(", ")")
                 self._arith(raw[i + 3:end - 1], quoted)
                 i = end + 1
             elif c == "$" and raw.startswith("$(", i):
-                i = _matching(raw, i + 1, "(", ")") + 1
-                self._unknown()
+                end = _matching(raw, i + 1, "(", ")")
+                self._substitution(raw[i + 2:end])
+                i = end + 1
             elif c == "$" and raw.startswith("${", i):
                 end = _matching(raw, i + 1, "{", "}")
                 self._parameter(raw[i + 2:end], quoted)
@@ -1110,6 +1150,14 @@ class _Expander:
             else:
                 self._literal(c)
                 i += 1
+
+    def _substitution(self, command: str) -> None:
+        """``$(pwd)`` is the script's folder (read as run from there); any other command's
+        output is known only when it runs."""
+        if command.strip() == "pwd" and self.ev.directory is not None:
+            self._literal(str(self.ev.directory))
+        else:
+            self._unknown()
 
     def _value(self, text: str, quoted: bool, line: int, end: int = 0) -> None:
         if quoted:
@@ -1400,9 +1448,11 @@ def _and(a: Status, b: Status) -> Status:
 
 
 def evaluate(text: str, inputs: Mapping[str, str] | None = None,
-             runtime: tuple[str, ...] = ()) -> Script:
-    """Evaluate ``text``; raises ShellSyntaxError on constructs it cannot follow."""
+             runtime: tuple[str, ...] = (), directory: Path | None = None) -> Script:
+    """Evaluate ``text``; raises ShellSyntaxError on constructs it cannot follow.
+
+    ``directory``: the script's folder, for ``source`` of files next to it and ``pwd``."""
     try:
-        return Evaluator(text, inputs, runtime).run()
+        return Evaluator(text, inputs, runtime, directory).run()
     except RecursionError:
         raise ShellSyntaxError("nested too deeply") from None
