@@ -29,7 +29,8 @@ def options_for(job: Job, stack: Stack | None,
                        moe_dispatcher=stack.defaults.moe_dispatcher,
                        moe_grouped_gemm=stack.defaults.moe_grouped_gemm,
                        # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
-                       fused_kernels=stack.defaults.fused_kernels)
+                       fused_kernels=stack.defaults.fused_kernels,
+                       attention_kernel=stack.defaults.attention_kernel)
     if runtime.moe_dispatcher is not None:
         updates["moe_dispatcher"] = runtime.moe_dispatcher
     if runtime.moe_grouped_gemm is not None:

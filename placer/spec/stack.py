@@ -139,6 +139,9 @@ class StackDefaults(Spec):
     fused_kernels: bool = Field(
         default=True, description="Transformer Engine / fused kernels (Megatron); false for "
         "eager PyTorch model code (torchtitan's and Hugging Face's modules)")
+    attention_kernel: Literal["cudnn", "fa2"] = Field(
+        default="cudnn", description="fused attention: Transformer Engine's cuDNN kernels (or "
+        "FlashAttention-3), or FlashAttention-2 as PyTorch's SDPA flash backend runs it")
     source: str = Field(min_length=1, max_length=600)
 
 
