@@ -27,7 +27,17 @@ from dataclasses import dataclass
 
 from placer.cost.memory import LOGITS_BYTES_PER_ENTRY, activation_bytes_per_token
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
-from placer.cost.params import mlp_matrices, num_moe_layers
+from placer.cost.params import (
+    active_expert_params,
+    attention_projection_params,
+    dense_mlp_params,
+    embedding_params,
+    mlp_matrices,
+    num_moe_layers,
+    router_params,
+    shared_expert_ffn,
+    shared_expert_params,
+)
 from placer.cost.profile import HBM_EFFICIENCY, Calibration
 from placer.spec.job import Job
 from placer.spec.layout import Layout
@@ -128,8 +138,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         gemms.append((2 * per_expert * fe * h, count))
         dispatch = moe_dispatch_bytes(model, layout, tokens, routed)
         if moe.num_shared_experts:
-            fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-            fs *= moe.num_shared_experts
+            fs = shared_expert_ffn(model) * moe.num_shared_experts
             gemms.append((2 * tokens * h * fs * gate / t, 1))
             gemms.append((2 * tokens * fs * h / t, 1))
     else:
@@ -308,22 +317,18 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
 
 def forward_flops_per_token(model: Model, seq_len: int) -> float:
     """Model forward FLOPs per token (non-causal attention, active experts only)."""
-    h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
-    g = model.kv_heads
-    gate = mlp_matrices(model)
-    attention = 2 * h * d * (2 * a + 2 * g) + 4 * a * d * attended_keys_per_query(
+    d, a = model.attention_head_dim, model.num_attention_heads
+    # A GEMM does 2 FLOPs per weight per token (params.py holds the weight shapes).
+    attention = 2 * attention_projection_params(model) + 4 * a * d * attended_keys_per_query(
         model, seq_len, causal=False)
-    dense_mlp = 2 * h * model.ffn_hidden_size * gate
+    dense_mlp = 2 * dense_mlp_params(model)
     moe_layers = num_moe_layers(model)
     total = model.num_layers * attention + (model.num_layers - moe_layers) * dense_mlp
     if model.moe is not None and moe_layers:
-        moe = model.moe
-        fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-        per_layer = (2 * h * moe.num_experts
-                     + moe.top_k * 2 * h * moe.expert_ffn_hidden_size * gate
-                     + moe.num_shared_experts * 2 * h * fs * gate)
+        per_layer = (2 * router_params(model) + 2 * active_expert_params(model)
+                     + 2 * shared_expert_params(model))
         total += moe_layers * per_layer
-    return total + 2 * h * model.vocab_size
+    return total + 2 * embedding_params(model)
 
 
 def model_flops_per_step(model: Model, job: Job) -> float:
@@ -343,16 +348,13 @@ def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
         per_token = (per_token - core_attn) / 2
     elif layout.recompute == "selective":
         chosen = layout.recompute_modules or ("core_attn",)
-        h, gate = model.hidden_size, mlp_matrices(model)
         moe_layers = num_moe_layers(model)
         redo = core_attn if "core_attn" in chosen else 0.0
         if "mlp" in chosen:
-            redo += (model.num_layers - moe_layers) * 2 * h * model.ffn_hidden_size * gate
+            redo += (model.num_layers - moe_layers) * 2 * dense_mlp_params(model)
         if model.moe is not None and ("moe" in chosen or "shared_experts" in chosen):
-            moe = model.moe
-            fs = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-            shared = moe.num_shared_experts * 2 * h * fs * gate
-            routed = 2 * h * moe.num_experts + moe.top_k * 2 * h * moe.expert_ffn_hidden_size * gate
+            shared = 2 * shared_expert_params(model)
+            routed = 2 * router_params(model) + 2 * active_expert_params(model)
             redo += moe_layers * (shared + (routed if "moe" in chosen else 0.0))
         per_token = redo
     elif layout.recompute_layers is not None:  # block method: that many layers per stage

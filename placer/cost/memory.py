@@ -22,6 +22,7 @@ from placer.cost.params import (
     StageShape,
     embedding_params,
     largest_weight_params,
+    shared_expert_ffn,
     stage_params,
     stage_shapes,
     total_params,
@@ -238,8 +239,7 @@ def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
     # weighted_bias_swiglu_impl; torchtitan's MoE scales the input, score_before_experts), so
     # the combine is a plain sum and keeps no copy of the expert output.
     per_routed = lin * h + _mlp_inner_bytes(fe, model.gated_mlp, lin, fused) + ROUTER_PROB_BYTES
-    shared_ffn = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-    shared_ffn *= moe.num_shared_experts
+    shared_ffn = shared_expert_ffn(model) * moe.num_shared_experts
     shared = _mlp_inner_bytes(shared_ffn / t, model.gated_mlp, lin, fused) if shared_ffn else 0.0
     router_input = b * h * rep
     e = moe.num_experts

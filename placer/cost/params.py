@@ -21,10 +21,15 @@ def mlp_matrices(model: Model) -> int:
     return 3 if model.gated_mlp else 2
 
 
+def attention_projection_params(model: Model) -> int:
+    """Q, K, V and output projection weights of one layer (the attention GEMMs' shapes)."""
+    h, d = model.hidden_size, model.attention_head_dim
+    return h * d * (2 * model.num_attention_heads + 2 * model.kv_heads)
+
+
 def attention_params(model: Model) -> int:
     """Q, K, V and output projections of one layer, plus its two norm weight vectors."""
-    h, d = model.hidden_size, model.attention_head_dim
-    return h * d * (2 * model.num_attention_heads + 2 * model.kv_heads) + 2 * h
+    return attention_projection_params(model) + 2 * model.hidden_size
 
 
 def dense_mlp_params(model: Model) -> int:
@@ -39,14 +44,37 @@ def expert_params(model: Model) -> int:
         model.moe.expert_ffn_hidden_size)
 
 
-def moe_shared_params(model: Model) -> int:
-    """Router and shared experts of one MoE layer (replicated like dense weights)."""
+def active_expert_params(model: Model) -> int:
+    """Routed-expert weights one token passes through in an MoE layer (its top-k experts)."""
+    if model.moe is None:
+        return 0
+    return model.moe.top_k * mlp_matrices(model) * model.hidden_size * (
+        model.moe.expert_ffn_hidden_size)
+
+
+def shared_expert_ffn(model: Model) -> int:
+    """FFN width of one shared expert: its own, else the routed experts' (Megatron, DeepSeek)."""
     moe = model.moe
     if moe is None:
         return 0
-    shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
-    shared = moe.num_shared_experts * mlp_matrices(model) * model.hidden_size * shared_ffn
-    return shared + model.hidden_size * moe.num_experts
+    return moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+
+
+def shared_expert_params(model: Model) -> int:
+    """Shared experts of one MoE layer (every token runs them)."""
+    if model.moe is None:
+        return 0
+    return (model.moe.num_shared_experts * mlp_matrices(model) * model.hidden_size
+            * shared_expert_ffn(model))
+
+
+def router_params(model: Model) -> int:
+    return model.hidden_size * model.moe.num_experts if model.moe is not None else 0
+
+
+def moe_shared_params(model: Model) -> int:
+    """Router and shared experts of one MoE layer (replicated like dense weights)."""
+    return shared_expert_params(model) + router_params(model)
 
 
 def largest_weight_params(model: Model, layout: Layout) -> float:
