@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from placer.cost.validity import MODEL_ERROR
+from placer.dims import Dim
 from placer.report.baseline import RULE_TEXT, Baseline
 from placer.report.describe import (
     BREAKDOWN_LABELS,
@@ -33,7 +34,7 @@ TIE_FRACTION = 0.005
 """Step times closer than 0.5% are called a tie: below what the cost model can resolve."""
 REASON_SHARE = 0.1
 """A breakdown part is named as a reason when it moves by at least this share of the gap."""
-LINK_DIMS = ("tp", "cp", "ep", "pp", "dp")
+LINK_DIMS = (Dim.TP, Dim.CP, Dim.EP, Dim.PP, Dim.DP)
 
 
 def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate],

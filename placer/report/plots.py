@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from placer.dims import Dim
 from placer.errors import PlacerError
 from placer.report.describe import BREAKDOWN_LABELS
 from placer.report.plan import Recommendation
@@ -68,7 +69,7 @@ def _tp_group_ids(candidate: Candidate) -> dict[int, int]:
     keys: dict[tuple[int, ...], int] = {}
     out = {}
     for entry in sorted(candidate.rank_map, key=lambda e: e.rank):
-        key = tuple(v for k, v in sorted(entry.coords.items()) if k in ("pp", "dp", "cp"))
+        key = tuple(v for k, v in sorted(entry.coords.items()) if k in (Dim.PP, Dim.DP, Dim.CP))
         out[entry.rank] = keys.setdefault(key, len(keys))
     return out
 

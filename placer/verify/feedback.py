@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placer.cost.collectives import GroupLink
+from placer.dims import Part
 from placer.spec.profile import GemmProfile, LinkClassProfile, LinkMeasurement, LinkProfile
 from placer.verify.calibrate import coefficients
 from placer.verify.fit import AlphaBetaFit, TimedPoint, fit_alpha_beta
@@ -112,7 +113,7 @@ def refit_collectives(profile: LinkProfile, ops: Sequence[OpSample]
     grouped: dict[tuple[str, str], list[tuple[OpSample, TimedPoint]]] = {}
     skipped: list[str] = []
     for op in ops:
-        if op.dimension == "pp":
+        if op.dimension == Part.PP:
             continue  # a pipeline receive waits for the previous stage's compute
         name = profile_class(op.link)
         if name is None or _section(profile, name) is None:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from placer.cost import calibration_for, estimate
 from placer.cost.groups import GroupLinks, group_links
 from placer.cost.profile import Calibration
+from placer.dims import Part
 from placer.errors import PlacerError
 from placer.launch import placement_of, write_launch_files
 from placer.launch.rankmap import PlacedCandidate
@@ -294,7 +295,7 @@ def op_times(prep: Prepared, records: Sequence[dict[str, Any]]) -> dict[int, flo
     groups = prep.placement.groups
     out: dict[int, float] = {}
     for kind in prep.program.kinds:
-        if kind.dimension == "pp":
+        if kind.dimension == Part.PP:
             continue
         samples: list[float] = []
         for members in groups[kind.group]:
