@@ -226,7 +226,7 @@ def test_emit_writes_the_plan_and_launch_files(tmp_path: Path,
     assert f"wrote {out_dir / 'launch.sh'}" in err
     (out_dir / "plan.json").write_text("edited")
     code, _, err = run([*SMALL, "--json", "--emit", str(out_dir)], capsys)
-    assert code == 2 and "already exists; pass --force" in err
+    assert code == 2 and f"--emit: {out_dir} already has" in err and "pass --force" in err
     assert (out_dir / "plan.json").read_text() == "edited"
     code, _, _ = run([*SMALL, "--json", "--emit", str(out_dir), "--force"], capsys)
     assert code == 0 and (out_dir / "plan.json").read_text() == plan_text

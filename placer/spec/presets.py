@@ -194,8 +194,8 @@ def unknown_preset(option: str, ref: str, names: list[str]) -> InputError:
     close = [folded[m] for m in difflib.get_close_matches(ref.casefold(), folded, n=3,
                                                           cutoff=0.6)]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return InputError(option, ref, f"{hint}presets: {', '.join(names)} (placer presets), or a "
-                                   "file")
+    return InputError(option, ref, f"{hint}use a preset ({', '.join(names)}; placer presets) "
+                                   "or a file")
 
 
 def load_model(ref: str) -> Model:
