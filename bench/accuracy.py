@@ -140,7 +140,7 @@ def _jean_zay(nodes: int) -> Cluster:
 # wire speed even at 32 Gb/s (nccl#209); no measurement on this fabric was found, so the figure
 # is a hardware constant fitted by bench/fit_compute.py over all BLOOM rows (the only runs on
 # it) and handed to the cost model the way a measured link profile would be.
-JEAN_ZAY_NETWORK_BUSBW = 1.28e+09
+JEAN_ZAY_NETWORK_BUSBW = 1.29e+09
 JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
 
 
@@ -414,6 +414,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # FlashAttention-2 (an assumption where the page does not name the backend).
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if eager else "cudnn",
+                       compiled_loss=eager and "compile" in techniques,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)

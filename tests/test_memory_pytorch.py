@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch_blocks import BlockShape, kept_bytes, loss_bytes, peak_bytes  # noqa: E402
 
 from placer.cost.memory import (  # noqa: E402
+    COMPILED_LOSS_PEAK_BYTES_PER_ENTRY,
     EAGER_LOSS_PEAK_BYTES_PER_ENTRY,
     LOGITS_BYTES_PER_ENTRY,
     activation_bytes_per_token,
@@ -129,3 +130,32 @@ def test_moe_block_matches_pytorch() -> None:
                    hidden_size=h, num_attention_heads=4, num_kv_heads=2, ffn_hidden_size=fe)
     parts = activation_bytes_per_token(model, Layout(), True, moe_load_imbalance=1.0)
     assert parts.kept("none") * seq == pytest.approx(measured, rel=1e-9)
+
+
+def test_compiled_cross_entropy_keeps_only_the_bf16_logits() -> None:
+    """torchtitan's compiled loss (torch.compile of cross_entropy(pred.float())): what its
+    forward saves, measured on real tensors; the peak adds the bf16 gradient it writes."""
+    import torch.nn.functional as F
+
+    def loss_fn(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+
+    tokens, vocab = 256, 2048
+    pred = torch.randn(1, tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, tokens))
+    compiled = torch.compile(loss_fn)
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        saved[storage._cdata] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = compiled(pred, labels)
+    entries = tokens * vocab
+    big = sum(n for n in saved.values() if n >= entries)  # the per-entry tensors
+    assert big == 2 * entries  # the bf16 logits, no fp32 copy
+    loss.backward()
+    assert pred.grad is not None and pred.grad.dtype == torch.bfloat16
+    assert (big + pred.grad.nbytes) / entries == COMPILED_LOSS_PEAK_BYTES_PER_ENTRY

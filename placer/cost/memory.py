@@ -58,9 +58,13 @@ FRAGMENTATION_FRACTION = 0.15
 # An unfused ``F.cross_entropy(logits.float())`` (torchtitan) peaks at 12 bytes per entry in its
 # backward (fp32 log-softmax, its gradient, the input gradient and the bf16 copy), measured with
 # PyTorch's MemTracker in tests/test_memory_pytorch.py.
+# A torch.compile'd cross-entropy (torchtitan with --training.compile) saves only the bf16 logits
+# (2 bytes, measured in tests/test_memory_pytorch.py) and its fused backward writes the bf16
+# gradient: 4 bytes per entry at the peak.
 LOGITS_BYTES_PER_ENTRY = 4
 FUSED_LOSS_PEAK_BYTES_PER_ENTRY = 6
 EAGER_LOSS_PEAK_BYTES_PER_ENTRY = 12
+COMPILED_LOSS_PEAK_BYTES_PER_ENTRY = 4
 # Token ids held per in-flight micro-batch on the first stage (int64, Megatron's estimator 8*s*b);
 # with hidden dropout the embedding's dropout mask adds one byte per element (s*b*h).
 EMBEDDING_ID_BYTES_PER_TOKEN = 8
@@ -284,7 +288,10 @@ def _activation_parts(model: Model, job: Job, layout: Layout,
 
 
 def loss_peak_bytes_per_entry(options: CostOptions) -> int:
-    """Peak bytes per logit entry in the loss backward: fused (Megatron) or unfused (PyTorch)."""
+    """Peak bytes per logit entry in the loss backward: compiled, fused (Megatron) or unfused
+    (PyTorch)."""
+    if options.compiled_loss:
+        return COMPILED_LOSS_PEAK_BYTES_PER_ENTRY
     if options.fused_kernels:
         return FUSED_LOSS_PEAK_BYTES_PER_ENTRY
     return EAGER_LOSS_PEAK_BYTES_PER_ENTRY

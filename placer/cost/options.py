@@ -34,6 +34,9 @@ class CostOptions:
     """Fused-attention kernel: ``cudnn`` (Transformer Engine's cuDNN fused attention, or
     FlashAttention-3, on Hopper and later), or ``fa2`` (FlashAttention-2, what PyTorch's SDPA
     flash backend runs), slower on Hopper (compute.FA2_RELATIVE_THROUGHPUT)."""
+    compiled_loss: bool = False
+    """The loss is torch.compile'd (torchtitan's --training.compile): it keeps only the bf16
+    logits, not an fp32 log-softmax (memory.COMPILED_LOSS_PEAK_BYTES_PER_ENTRY)."""
     fused_kernels: bool = True
     """Megatron-Core / Transformer Engine kernels: fused QKV and gate+up projections, a fused
     SwiGLU that saves only its input, contiguous q/k/v, and under sequence parallelism linears

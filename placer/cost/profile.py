@@ -48,11 +48,12 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # there and fused attention falls back to max_efficiency. B200 holds GB200's rows too
     # (CONSTANT_FAMILY); H100 holds H200's. B200's BF16 rows are all MoE, so its BF16 GEMM
     # efficiency is not fitted (the dispatcher's cost would be absorbed into it): H100's.
-    "A100": GemmProfile(max_efficiency=0.718, half_efficiency_flops=8.93e+09),
-    "H100": GemmProfile(max_efficiency=0.724, fp8_max_efficiency=0.654,
-                        half_efficiency_flops=2.67e+10, attention_efficiency=0.275),
-    "B200": GemmProfile(max_efficiency=0.724, fp8_max_efficiency=0.566,
-                        half_efficiency_flops=3.53e+10, attention_efficiency=0.345),
+    # attention_efficiency is cuDNN's / FlashAttention-3's (compute.FA2_RELATIVE_THROUGHPUT).
+    "A100": GemmProfile(max_efficiency=0.715, half_efficiency_flops=5.88e+09),
+    "H100": GemmProfile(max_efficiency=0.764, fp8_max_efficiency=0.709,
+                        half_efficiency_flops=4.4e+10, attention_efficiency=0.375),
+    "B200": GemmProfile(max_efficiency=0.764, fp8_max_efficiency=0.579,
+                        half_efficiency_flops=6.68e+10, attention_efficiency=0.367),
 }
 # GPUs built on one die share their efficiency constants; their peaks and HBM bandwidth come from
 # the GPU catalogue. H200 is H100's GH100 die with more and faster HBM [docs/sources.md 5.3];
@@ -64,11 +65,11 @@ FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.56
+ELEMENTWISE_TRAFFIC_FACTOR = 2.58
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. Fitted by bench/fit_compute.py jointly over all rows.
-OVERLAP_EFFICIENCY = 0.731
+OVERLAP_EFFICIENCY = 0.67
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
 # set's MoE rows (Megatron-Bridge on H100, B200 and GB200: Qwen3-30B-A3B, GPT-OSS-120B and
@@ -80,18 +81,18 @@ OVERLAP_EFFICIENCY = 0.731
 # Megatron-Core MoE report calls its compute wall (arXiv:2603.07685, section 1). One time for
 # every GPU (host- and launch-bound work). Faster dispatchers (DeepEP, fused permutes) pay less: a
 # measured profile's ``moe_dispatch_s_per_routed_token`` replaces it.
-MOE_DISPATCH_S_PER_ROUTED_TOKEN = 2.82e-08
+MOE_DISPATCH_S_PER_ROUTED_TOKEN = 2.48e-08
 # Fixed time of one MoE layer's token dispatch per pass, whatever the micro-batch: Megatron-Core's
 # all-to-all dispatcher copies the per-expert token counts to the host to size its buffers (a
 # device-to-host sync per layer, moe/token_dispatcher.py; the reason for its
 # --moe-pad-expert-input-to-capacity option) and launches a train of small kernels. Fitted by
 # bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
 # range from 1 to 4 sequences.
-MOE_DISPATCH_S_PER_LAYER = 0.000912
+MOE_DISPATCH_S_PER_LAYER = 3.6e-05
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
-ATTENTION_HALF_KEYS = 30.6
+ATTENTION_HALF_KEYS = 199
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
