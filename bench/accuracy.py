@@ -386,6 +386,10 @@ DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
 
 # Sources that ran torchtitan (local batch sizes, op-level SAC as "selective", eager modules).
 TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506"}
+# torchtitan sources whose --training.compile also compiles the loss: not the Dec 2024 runs
+# (torchtitan@9dec370 train.py has "torch.compile(loss_fn)" commented out), but the June 2025
+# ones (torchtitan@e7c0cae torchtitan/components/loss.py build_cross_entropy_loss compiles it).
+COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506"}
 # Sources that ran Megatron-LM's GPT scripts with its default dropout (megatron/arguments.py:
 # --hidden-dropout 0.1, --attention-dropout 0.1; the SC21 scripts do not override them).
 MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22"}
@@ -414,7 +418,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # FlashAttention-2 (an assumption where the page does not name the backend).
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if eager else "cudnn",
-                       compiled_loss=eager and "compile" in techniques,
+                       compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)
