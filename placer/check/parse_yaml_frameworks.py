@@ -19,14 +19,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+from placer.check.megatron_flags import SHARDING_ZERO
 from placer.check.parsed import ParsedConfig, Settings
+from placer.dialects import megatron
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.model import Model
 from placer.spec.presets import validated
 
 # Megatron's rank order, which both NeoX (its Megatron topology) and NeMo use (docs/sources.md 6.1)
-MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+MEGATRON_ORDER = megatron.ORDERS[0].text
 # GPT-NeoX's default pipeline partitioning (neox_args.py: pipe_partition_method)
 NEOX_DEFAULT_PARTITION = "type:transformer|mlp"
 # GPT-2 BPE vocabulary padded to a multiple of 128, NeoX's default tokenizer.
@@ -200,13 +202,24 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     optim = model.get("optim") or {}
     if isinstance(optim, dict) and "distributed" in str(optim.get("name", "")):
         s.zero_stage = 1
+    # Megatron-Bridge: DistributedDataParallelConfig / OptimizerConfig, as Megatron's flags
+    ddp = data.get("ddp") if isinstance(data.get("ddp"), dict) else {}
+    optimizer = data.get("optimizer") if isinstance(data.get("optimizer"), dict) else {}
+    if ddp.get("use_distributed_optimizer") or optimizer.get("use_distributed_optimizer"):
+        s.zero_stage = 1
+    if ddp.get("use_megatron_fsdp"):
+        s.zero_stage = SHARDING_ZERO.get(str(ddp.get("data_parallel_sharding_strategy")), 3)
+    dist = data.get("dist") if isinstance(data.get("dist"), dict) else {}
+    if dist.get("use_tp_pp_dp_mapping"):
+        parsed.order = parse_order(megatron.ORDERS[1].text)
     if get(model, "fp8") is True:
         s.precision = "fp8"
     if s.ep > 1 or _pos(get(model, "num_moe_experts")):
         s.etp = s.tp
     parsed.settings = s
     parsed.seq_len = (_pos(get(model, "encoder_seq_length")) or _pos(get(model, "seq_length"))
-                      or _pos(get(dataset, "seq_length")))
+                      or _pos(get(dataset, "seq_length"))
+                      or _pos(get(dataset, "sequence_length")))
     parsed.global_batch_size = (_pos(get(model, "global_batch_size"))
                                 or _pos(get(train, "global_batch_size")))
     nodes, devices = _pos(get(trainer, "num_nodes")), _pos(get(trainer, "devices"))

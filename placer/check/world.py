@@ -130,9 +130,9 @@ def node_inputs(nodes: int | None) -> dict[str, str]:
     return {name: str(nodes) for name in NODE_COUNT_VARIABLES} if nodes is not None else {}
 
 
-# The line placer launch writes into the files it emits (megatron_args.sh, torchtitan.toml,
-# torchtitan_config.py) so that they state the world size they were made for.
-PLACER_WORLD_RE = re.compile(r"^#\s*placer-world:\s*nodes=(\d+)\s+gpus_per_node=(\d+)\s*$",
+# The line placer launch writes into the files it emits (a comment of megatron_args.sh and
+# torchtitan.toml, a docstring line of torchtitan_config.py) so they state their world size.
+PLACER_WORLD_RE = re.compile(r"^\s*#?\s*placer-world:\s*nodes=(\d+)\s+gpus_per_node=(\d+)\s*$",
                              re.M)
 
 
