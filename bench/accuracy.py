@@ -391,8 +391,10 @@ TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506"}
 # ones (torchtitan@e7c0cae torchtitan/components/loss.py build_cross_entropy_loss compiles it).
 COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506"}
 # Sources that ran Megatron-LM's GPT scripts with its default dropout (megatron/arguments.py:
-# --hidden-dropout 0.1, --attention-dropout 0.1; the SC21 scripts do not override them).
-MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22"}
+# --hidden-dropout 0.1, --attention-dropout 0.1): the SC21 scripts do not override them, nor does
+# BLOOM's bigscience-workshop/bigscience@003b250 train/tr11-176B-ml/tr11-176B-ml.slurm (its
+# Megatron-DeepSpeed fork keeps Megatron's defaults).
+MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO"}
 # Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
 UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO", "OPT",
                              "NEOX20B"}
