@@ -31,14 +31,12 @@ from pathlib import Path
 
 import pytest
 
+from placer.verify.slurm import TERMINAL_STATES, scontrol_fields
+
 # Debian bookworm: slurm-wlm (slurmctld, slurmd, client commands) and munge.
 PACKAGES = "slurm-wlm munge"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
-# Job states after which a job never runs again (Slurm's squeue(1) "JOB STATE CODES").
-TERMINAL_STATES = frozenset({
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-    "PREEMPTED", "TIMEOUT"})
 START_TIMEOUT_S = 40.0
 STOP_GRACE_S = 10.0
 
@@ -63,16 +61,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def parse_scontrol(line: str) -> dict[str, str]:
-    """``scontrol show job -o`` output: space-separated Key=Value pairs on one line."""
-    out: dict[str, str] = {}
-    for token in line.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            out[key] = value
-    return out
 
 
 @dataclass
@@ -107,7 +95,7 @@ class SlurmCluster:
     def job(self, job_id: int) -> dict[str, str]:
         """The job's record from slurmctld (kept MinJobAge seconds after it ends)."""
         done = self.run("scontrol", "show", "job", "-o", str(job_id))
-        return parse_scontrol(done.stdout.strip())
+        return scontrol_fields(done.stdout.strip())
 
     def wait_job(self, job_id: int, timeout_s: float = 120.0) -> dict[str, str]:
         """Poll until the job reaches a terminal state; its record. Raises on timeout."""

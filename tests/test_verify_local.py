@@ -65,8 +65,9 @@ class OneHangsOneCrashes(Launcher):
             env: dict[str, str] | None = None) -> RunResult:
         self.calls += 1
         if self.calls == 2:
+            # Long enough for torchrun to start the hanging worker on a loaded 2-core box.
             return self.inner.run([str(self.tmp / "hang.py"), str(self.tmp / "pid")], log_dir,
-                                  4.0)
+                                  20.0)
         if self.calls == 3:
             return self.inner.run([str(self.tmp / "crash.py")], log_dir, timeout_s)
         return self.inner.run(script_argv, log_dir, timeout_s)

@@ -63,7 +63,7 @@ class JobEnd:
         return self.state in TERMINAL_STATES
 
 
-def _scontrol_fields(line: str) -> dict[str, str]:
+def scontrol_fields(line: str) -> dict[str, str]:
     """``scontrol show job -o``: space-separated Key=Value pairs on one line."""
     fields: dict[str, str] = {}
     for token in line.split():
@@ -125,7 +125,7 @@ class SlurmClient:
         """Final state and exit code of a job: scontrol (recent jobs), else sacct."""
         shown = self._run(["scontrol", "show", "job", "-o", str(job_id)])
         if shown.returncode == 0 and shown.stdout.strip():
-            fields = _scontrol_fields(shown.stdout.strip())
+            fields = scontrol_fields(shown.stdout.strip())
             if "JobState" in fields:
                 return JobEnd(fields["JobState"], fields.get("ExitCode", ""),
                               fields.get("Reason", ""))

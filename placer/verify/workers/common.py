@@ -10,8 +10,10 @@ send/recv message.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +55,17 @@ def init_runtime(backend: str = "auto", timeout_s: float = 300.0) -> Runtime:
     if not dist.is_initialized():
         dist.init_process_group(backend=chosen, timeout=timedelta(seconds=timeout_s))
     return Runtime(dist.get_rank(), dist.get_world_size(), local, device, chosen)
+
+
+def mesh_from_config(config: dict[str, Any]) -> Any:
+    """placer_mesh from the candidate's launch folder (``config["job_dir"]``), set up as a
+    training job would: the groups of its rank map, gloo or NCCL as the config says."""
+    job_dir = Path(config["job_dir"])
+    sys.path.insert(0, str(job_dir))
+    placer_mesh = importlib.import_module("placer_mesh")
+    backend = None if config.get("backend", "auto") == "auto" else config["backend"]
+    return placer_mesh.setup(job_dir / "rankmap.json", backend=backend,
+                             timeout_s=config["timeout_s"])
 
 
 def synchronize(device: torch.device) -> None:

@@ -28,7 +28,6 @@ live tensor bytes on CPU (workers/livebytes.py). A CUDA out-of-memory error is w
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import sys
@@ -41,7 +40,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from placer.verify.workers.common import barrier, max_over, synchronize, write_json
+from placer.verify.workers.common import (
+    barrier,
+    max_over,
+    mesh_from_config,
+    synchronize,
+    write_json,
+)
 from placer.verify.workers.livebytes import LiveBytes
 
 OOM_EXIT_CODE = 3
@@ -355,12 +360,7 @@ def build(config: dict[str, Any], pm: Any) -> tuple[list[Part], list[int], Any]:
 def main() -> None:  # noqa: PLR0915 - one linear script: build, parallelise, run, report
     config = json.loads(Path(sys.argv[1]).read_text())
     out_dir = Path(sys.argv[2])
-    job_dir = Path(config["job_dir"])
-    sys.path.insert(0, str(job_dir))
-    placer_mesh = importlib.import_module("placer_mesh")
-    backend = None if config.get("backend", "auto") == "auto" else config["backend"]
-    pm = placer_mesh.setup(job_dir / "rankmap.json", backend=backend,
-                           timeout_s=config["timeout_s"])
+    pm = mesh_from_config(config)
     device = pm.device
     cfg, layout = config["model"], config["layout"]
     torch.manual_seed(1234 + pm.coords.get("pp", 0))

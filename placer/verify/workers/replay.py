@@ -13,7 +13,6 @@ the time spent in the GEMM stand-in.
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import time
@@ -30,6 +29,7 @@ from placer.verify.workers.common import (
     gemm_dtype,
     make_collective,
     max_over,
+    mesh_from_config,
     synchronize,
     write_json,
 )
@@ -117,12 +117,7 @@ class Runner:
 def main() -> None:
     config = json.loads(Path(sys.argv[1]).read_text())
     out_dir = Path(sys.argv[2])
-    job_dir = Path(config["job_dir"])
-    sys.path.insert(0, str(job_dir))
-    placer_mesh = importlib.import_module("placer_mesh")
-    backend = None if config.get("backend", "auto") == "auto" else config["backend"]
-    pm = placer_mesh.setup(job_dir / "rankmap.json", backend=backend,
-                           timeout_s=config["timeout_s"])
+    pm = mesh_from_config(config)
     stage = int(pm.coords.get("pp", 0))
     ops = [(str(name), int(arg)) for name, arg in config["stages"][stage]]
     runner = Runner(pm, config["kinds"], config["gemm_n"])
