@@ -390,6 +390,9 @@ TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506"}
 # (torchtitan@9dec370 train.py has "torch.compile(loss_fn)" commented out), but the June 2025
 # ones (torchtitan@e7c0cae torchtitan/components/loss.py build_cross_entropy_loss compiles it).
 COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506"}
+# Sources whose launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
+# run_llama_train.sh (torchtitan@9dec370, line 22). Trainy launched torchrun directly.
+EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
 # Sources that ran Megatron-LM's GPT scripts with its default dropout (megatron/arguments.py:
 # --hidden-dropout 0.1, --attention-dropout 0.1): the SC21 scripts do not override them, nor does
 # BLOOM's bigscience-workshop/bigscience@003b250 train/tr11-176B-ml/tr11-176B-ml.slurm (its
@@ -421,6 +424,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if eager else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
+                       expandable_segments=source in EXPANDABLE_SEGMENTS_SOURCES,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)

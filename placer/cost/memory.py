@@ -398,8 +398,15 @@ def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job
     return live * opt.param_bytes + grads * opt.grad_bytes
 
 
-def _fragmentation(dynamic_bytes: float) -> float:
-    """Reserved-but-unusable memory when ``dynamic_bytes`` are live (fraction f of reserved)."""
+def _fragmentation(dynamic_bytes: float, options: CostOptions) -> float:
+    """Reserved-but-unusable memory when ``dynamic_bytes`` are live (fraction f of reserved).
+
+    With ``expandable_segments`` the caching allocator maps physical pages into one growing
+    virtual segment on demand (the virtual-memory stitching GMLake measured removing the
+    fragmentation), so no allowance is kept.
+    """
+    if options.expandable_segments:
+        return 0.0
     return dynamic_bytes * FRAGMENTATION_FRACTION / (1.0 - FRAGMENTATION_FRACTION)
 
 
@@ -436,7 +443,8 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         seen.add(shape.kind)
         mem = _stage_memory(model, job, layout, shape, options, acts)
         dynamic = mem.activations + mem.logits + mem.moe_buffers + mem.transient
-        total = mem.weights + mem.gradients + mem.optimizer + dynamic + _fragmentation(dynamic)
+        total = (mem.weights + mem.gradients + mem.optimizer + dynamic
+                 + _fragmentation(dynamic, options))
         if best is None or total > best[0]:
             best = (total, shape.stage, mem)
     assert best is not None
@@ -450,7 +458,7 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         "logits_bytes": math.ceil(mem.logits),
         "moe_buffers_bytes": math.ceil(mem.moe_buffers),
         "framework_bytes": framework,
-        "fragmentation_bytes": math.ceil(_fragmentation(dynamic)),
+        "fragmentation_bytes": math.ceil(_fragmentation(dynamic, options)),
     }
     return MemoryBreakdown(**parts, total_bytes=sum(parts.values()),
                            capacity_bytes=capacity_bytes(cluster, job), worst_stage=stage)

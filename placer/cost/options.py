@@ -34,6 +34,9 @@ class CostOptions:
     """Fused-attention kernel: ``cudnn`` (Transformer Engine's cuDNN fused attention, or
     FlashAttention-3, on Hopper and later), or ``fa2`` (FlashAttention-2, what PyTorch's SDPA
     flash backend runs), slower on Hopper (compute.FA2_RELATIVE_THROUGHPUT)."""
+    expandable_segments: bool = False
+    """``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (torchtitan's run_train.sh, NeMo's
+    performance executors): no fragmentation allowance (memory._fragmentation)."""
     compiled_loss: bool = False
     """The loss is torch.compile'd (torchtitan's --training.compile): it keeps only the bf16
     logits, not an fp32 log-softmax (memory.COMPILED_LOSS_PEAK_BYTES_PER_ENTRY)."""
