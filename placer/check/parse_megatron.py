@@ -337,6 +337,8 @@ def _world(ints: dict[str, int], flags: set[str], script: Script, parsed: Parsed
     elif nnodes is None and "nnodes" not in parsed.unresolved:
         parsed.unresolved["world"] = ("the node count is not in the script (no launcher "
                                       "--nnodes, #SBATCH --nodes or NNODES)")
+    elif nnodes is not None and "nproc_per_node" not in parsed.unresolved:
+        parsed.nodes = nnodes
 
 
 def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConfig

@@ -122,6 +122,9 @@ class ParsedConfig:
     unresolved: dict[str, str] = field(default_factory=dict)
     model_problem: str | None = None
     """Why the file's model could not be read (an unknown torchtitan flavor, missing flags)."""
+    nodes: int | None = None
+    """Nodes the file names when it does not say the processes per node (those are then one per
+    GPU of the cluster's nodes)."""
     world_source: str | None = None
     """Where the world size came from (for the summary's notes)."""
 

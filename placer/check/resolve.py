@@ -172,6 +172,10 @@ def _context(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> _
     elif options.nodes is not None and per_node:
         world = options.nodes * per_node
         notes.append(f"world size {world}: --nodes {options.nodes} x {per_node} per node")
+    elif parsed.nodes is not None and per_node:
+        world = parsed.nodes * per_node
+        notes.append(f"world size {world}: the file's {parsed.nodes} nodes x one process per "
+                     f"GPU of {cluster.name}'s nodes")
     elif parsed.settings.dp is not None:
         s = parsed.settings
         world = s.tp * s.pp * s.cp * s.dp
