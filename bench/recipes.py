@@ -133,7 +133,7 @@ def launch_refusals(recipe: Recipe, best: Candidate, emit: Path | None) -> list[
 def _job(recipe: Recipe) -> Job:
     stack = recipe.stack if recipe.stack in {n.split("@")[0] for n in stack_names()} else None
     return Job(name="recipe", seq_len=recipe.seq_len, global_batch_size=recipe.global_batch_size,
-               precision=recipe.precision, stack=stack)
+               precision=recipe.precision, stack=stack, runtime=recipe.runtime)
 
 
 def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from placer.spec.base import Spec
 from placer.spec.layout import Layout
+from placer.spec.runtime import Runtime
 
 
 class RecipeSource(Spec):
@@ -48,6 +49,10 @@ class Recipe(Spec):
     precision: Literal["bf16", "fp8"]
     layout: str = Field(description="compact layout, as --layout takes it")
     measured: Measured
+    runtime: Runtime = Field(
+        default_factory=Runtime,
+        description="framework flags the recipe's source sets beyond the layout (grad reduce "
+        "dtype, FP8 parameter gather, forced-balanced MoE routing); cited in its source")
     source: RecipeSource
     note: str = ""
 
