@@ -43,6 +43,13 @@ def frameworks_python() -> Path | None:
     return path if path.exists() else None
 
 
+def megatron_bridge_src() -> Path | None:
+    """The unpacked megatron-bridge wheel (source only: it needs CUDA's transformer_engine)."""
+    env = os.environ.get("PLACER_MEGATRON_BRIDGE_SRC")
+    path = Path(env) if env else VENV / "megatron-bridge"
+    return path if (path / "megatron" / "bridge").is_dir() else None
+
+
 def torchtitan_toml_path() -> Path | None:
     env = os.environ.get("PLACER_TORCHTITAN_TOML_PATH")
     path = Path(env) if env else VENV / "torchtitan-0.2"
@@ -123,17 +130,18 @@ def example_cases() -> list[Case]:
 
 
 def run_worker(script: str, args: list[str], manifest: list[dict[str, Any]], tmp: Path,
-               pythonpath: str = "", timeout_s: int = 900) -> dict[str, dict[str, Any]]:
+               pythonpath: str = "", timeout_s: int = 900,
+               env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Run ``tests/frameworks/<script>`` on the manifest; its JSON lines by case id."""
     python = frameworks_python()
     assert python is not None
     path = tmp / f"{script}.manifest.json"
     path.write_text(json.dumps(manifest))
-    env = dict(os.environ, PYTHONPATH=pythonpath, CUDA_VISIBLE_DEVICES="",
-               DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
+    run_env = dict(os.environ, PYTHONPATH=pythonpath, CUDA_VISIBLE_DEVICES="",
+                   DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore", **(env or {}))
     done = subprocess.run([str(python), str(WORKERS / script), *args, str(path)],
                           capture_output=True, text=True, timeout=timeout_s, check=False,
-                          env=env, cwd=tmp)
+                          env=run_env, cwd=tmp)
     assert done.returncode == 0, done.stderr[-4000:]
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return {r["id"]: r for r in results}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_frameworks import Case, example_cases, need, run_worker
+from helpers_frameworks import Case, example_cases, megatron_bridge_src, need, run_worker
 
 from placer.dialects import megatron
 
@@ -38,6 +38,7 @@ def _model(case: Case) -> dict[str, Any]:
             "head_dim": m.head_dim or m.hidden_size // heads,
             "num_kv_heads": m.num_kv_heads or heads, "gated_mlp": m.gated_mlp,
             "expert_ffn_hidden_size": m.moe.expert_ffn_hidden_size if m.moe else None,
+            "num_experts": m.moe.num_experts if m.moe else None,
             "top_k": m.moe.top_k if m.moe else None}
 
 
@@ -46,8 +47,11 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
     version = need("megatron-core")
     manifest = [{"id": c.id, "dir": str(c.folder), "model": _model(c),
                  "world_size": c.layout.num_gpus} for c in cases]
-    results = run_worker("megatron_accept.py", [], manifest, tmp_path)
-    same = 0
+    bridge_src = megatron_bridge_src()
+    results = run_worker("megatron_accept.py", [], manifest, tmp_path,
+                         env={"PLACER_MEGATRON_BRIDGE_SRC": str(bridge_src)} if bridge_src
+                         else None)
+    same = bridge_checked = 0
     for case in cases:
         layout, job, got = case.layout, case.plan.job, results[case.id]
         assert "error" not in got, f"{case.id}: {got['error']}"
@@ -65,6 +69,13 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
         if layout.zero_stage == 3:
             # Megatron-FSDP's checkpoint format (arguments.py core_v0.16.1 L690).
             assert got["args"]["ckpt_format"] == megatron.FSDP_CKPT_FORMAT, case.id
+        if "megatron_bridge_overrides.yaml" in case.written:
+            bridge = got["bridge"]
+            assert "error" not in bridge, f"{case.id}: Bridge overrides: {bridge['error']}"
+            assert bridge["vpp"] == config["virtual_pipeline_model_parallel_size"], case.id
+            if bridge_src:
+                assert bridge["unknown"] == {}, f"{case.id}: not Bridge fields {bridge['unknown']}"
+                bridge_checked += 1
         rankmap = json.loads((case.folder / "rankmap.json").read_text())
         # Expert groups exist only for MoE models (Megatron builds them for dense ones too).
         names = [k for k in rankmap["groups"] if case.plan.model.moe or k not in EXPERT]
@@ -77,5 +88,6 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
             assert theirs == ours, case.id
             same += 1
     print(f"megatron-core {version}: {len(cases)} candidates valid, {same} with "
-          "RankGenerator's groups identical to rankmap.json")
+          "RankGenerator's groups identical to rankmap.json; Megatron-Bridge 0.3.1 field "
+          f"names checked for {bridge_checked}")
     assert same > 0

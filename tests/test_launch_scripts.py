@@ -100,7 +100,7 @@ def test_every_example_plan_gets_every_file(tmp_path: Path, plan_path: Path) -> 
         written = write_launch_files(p, index, folder)
         _, refused = launch_bundle(p, index)
         # Every file, less the framework files a version refuses (each named with its reason).
-        assert len(written) + len(refused) == 11 and all(r.reason for r in refused)
+        assert len(written) + len(refused) == 12 and all(r.reason for r in refused)
         assert all(path.stat().st_size > 0 for path in written)
         if SHELLCHECK is not None:
             done = subprocess.run([SHELLCHECK, "-x", *SHELL_FILES], cwd=folder,

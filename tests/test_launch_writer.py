@@ -17,7 +17,8 @@ from placer.errors import PlacerError
 from placer.launch import write_launch_files
 
 EXPECTED = ["rankmap.json", "placer_mesh.py", "env.sh", "launch.sh", "job.sbatch",
-            "pytorchjob.yaml", "megatron_args.sh", "torchtitan.toml", "torchtitan_config.py",
+            "pytorchjob.yaml", "megatron_args.sh", "megatron_bridge_overrides.yaml",
+            "torchtitan.toml", "torchtitan_config.py",
             "deepspeed.json",
             "README.md"]
 
@@ -97,7 +98,7 @@ def test_cli_launch_writes_files_and_refuses_overwrite(tmp_path: Path) -> None:
     done = _placer("launch", str(plan_file), "--out", "out", "--script", "pretrain.py",
                    "--master-port", "29600", "--debug", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert ("wrote 11 files to out (framework versions: megatron 0.16, torchtitan 0.3, "
+    assert ("wrote 12 files to out (framework versions: megatron 0.16, megatron-bridge 0.3, "
             in done.stdout)
     launch = (tmp_path / "out" / "launch.sh").read_text()
     assert "script=${PLACER_SCRIPT:-pretrain.py}" in launch

@@ -36,7 +36,7 @@ from placer.spec.presets import cluster_preset, load_job, model_preset
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
-LAUNCH_FILES = 11
+LAUNCH_FILES = 12
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -8,12 +8,12 @@ series it supports and the default), the name tables readers need, the writer, a
 
 from __future__ import annotations
 
-from placer.dialects import deepspeed, megatron, torchtitan
+from placer.dialects import deepspeed, megatron, megatron_bridge, torchtitan
 from placer.dialects.base import OrderFit, Placed, RankOrder, Refusal, Target, order_fit
 from placer.errors import InputError
 
-TARGETS: dict[str, Target] = {t.name: t for t in (megatron.TARGET, torchtitan.TARGET,
-                                                   deepspeed.TARGET)}
+TARGETS: dict[str, Target] = {t.name: t for t in (megatron.TARGET, megatron_bridge.TARGET,
+                                                   torchtitan.TARGET, deepspeed.TARGET)}
 
 __all__ = ["TARGETS", "OrderFit", "Placed", "RankOrder", "Refusal", "Target", "order_fit",
            "resolve_versions"]

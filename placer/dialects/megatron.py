@@ -141,8 +141,8 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
     return out
 
 
-def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
-    """Flags for the plan's uneven pipeline split (docs/sources.md 6.2, "Uneven PP").
+def uneven_pp(placed: Placed) -> dict[str, object]:
+    """The plan's uneven pipeline split (conventions.md 6.2, "Uneven PP"), by argument dest.
 
     First/last-stage counts when the middle stages are even; otherwise an explicit layout with
     one ``|``-separated segment per stage (E = embedding, t = transformer layer, L = loss).
@@ -150,17 +150,23 @@ def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
     """
     stages = placed.candidate.stage_layers
     if stages is None or len(set(stages)) == 1 or placed.layout.vpp > 1:
-        return []
+        return {}
     middle = stages[1:-1]
     if len(set(middle)) <= 1:
         even = middle[0] if middle else None
-        flags: list[tuple[str, ...]] = []
+        out: dict[str, object] = {}
         if stages[0] != even:
-            flags.append(("--decoder-first-pipeline-num-layers", str(stages[0])))
+            out["decoder_first_pipeline_num_layers"] = stages[0]
         if stages[-1] != even:
-            flags.append(("--decoder-last-pipeline-num-layers", str(stages[-1])))
-        return flags
-    return [("--" + LAYOUT_FLAG, "E" + "|".join("t" * n for n in stages) + "L")]
+            out["decoder_last_pipeline_num_layers"] = stages[-1]
+        return out
+    return {"pipeline_model_parallel_layout": "E" + "|".join("t" * n for n in stages) + "L"}
+
+
+def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
+    """``uneven_pp`` as Megatron-LM flags."""
+    return [("--" + dest.replace("_", "-"), str(value))
+            for dest, value in uneven_pp(placed).items()]
 
 
 def uneven_note(placed: Placed) -> str | None:

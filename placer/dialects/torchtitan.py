@@ -226,8 +226,12 @@ def _py(value: object) -> str:
     return repr(value)
 
 
-def render_python(placed: Placed, version: str, notes: list[str]) -> str:
-    """A torchtitan 0.3 config module: ``placer_job()`` = a base config + placer's settings."""
+def render_python(placed: Placed, version: str, notes: list[str],
+                  comments: tuple[str, ...] = ()) -> str:
+    """A torchtitan 0.3 config module: ``placer_job()`` = a base config + placer's settings.
+
+    ``comments`` become ``#`` lines after the docstring (machine-read markers).
+    """
     sections = config(placed, version)
     base = BASE_CONFIGS.get(placed.plan.model.name)
     ac = sections["activation_checkpoint"]["mode"]
@@ -235,6 +239,7 @@ def render_python(placed: Placed, version: str, notes: list[str]) -> str:
     doc = [f'"""{notes[0]}' if notes else '"""', *notes[1:], '"""']
     lines = [
         *doc,
+        *(f"# {c}" for c in comments),
         "",
         "import importlib",
         "import os",

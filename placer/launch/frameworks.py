@@ -7,10 +7,19 @@ the notes a person needs, and says which files a version refuses and why.
 
 from __future__ import annotations
 
-from placer.dialects import Refusal, deepspeed, megatron, torchtitan
+from placer.dialects import Refusal, deepspeed, megatron, megatron_bridge, torchtitan
 from placer.io import OutputFile
 from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import comment_block, quote
+
+
+def world_line(placement: PlacedCandidate) -> list[str]:
+    """``placer-world: nodes=N gpus_per_node=G`` when every node runs G ranks: the world size
+    the file was made for, which ``placer check`` reads (placer/check/world.py)."""
+    per_node = {node.num_ranks for node in placement.nodes}
+    if len(per_node) != 1:
+        return []
+    return [f"placer-world: nodes={len(placement.nodes)} gpus_per_node={per_node.pop()}"]
 
 
 def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGET.default) -> str:
@@ -37,11 +46,29 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
                      f"{megatron.FSDP_CKPT_FORMAT}, and needs CUDA_DEVICE_MAX_CONNECTIONS "
                      "unset or above 1 (env.sh leaves it unset).")
     lines = ["# shellcheck shell=bash", *comment_block(notes),
+             *(f"# {line}" for line in world_line(placement)),
              "# shellcheck disable=SC2034  # read by the script that sources this file",
              "MEGATRON_ARGS=("]
     lines += ["  " + " ".join(quote(part) for part in arg) for arg in megatron.args(placement)]
     lines.append(")")
     return "\n".join(lines) + "\n"
+
+
+def render_bridge_yaml(placement: PlacedCandidate,
+                       version: str = megatron_bridge.TARGET.default) -> str:
+    """Megatron-Bridge overrides, merged into a recipe's ConfigContainer."""
+    notes = [
+        f"Megatron-Bridge {version}.x overrides for job {placement.plan.job.name}, layout "
+        f"{placement.layout}: merge them into a recipe's ConfigContainer (a recipe script's "
+        "--config-file, or OmegaConf.merge); the recipe supplies the model and data.",
+        f"Rank order: {megatron.fit(placement).explanation}",
+        *world_line(placement),
+    ]
+    uneven = megatron.uneven_note(placement)
+    if uneven:
+        notes.append(uneven)
+    return megatron_bridge.render_yaml(placement, [
+        line.removeprefix("# ").removeprefix("#") for line in comment_block(notes)])
 
 
 def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool) -> list[str]:
@@ -58,6 +85,8 @@ def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool) ->
                f"torchtitan {version}.x (TOML configs; torchtitan_config.py is the Python "
                "config of 0.3 and newer). Merge these sections into your model's train config."]
     notes = [*run, f"Rank order: {fit.explanation}"]
+    if not python:
+        notes += world_line(placement)
     if layout.zero_stage in (1, 2):
         notes.append(f"zero={layout.zero_stage}: torchtitan has no ZeRO-1/2; FSDP with "
                      "fsdp_reshard_after_forward = \"never\" is the closest (ZeRO-2 traffic).")
@@ -80,7 +109,8 @@ def render_torchtitan_py(placement: PlacedCandidate,
                          version: str = torchtitan.TARGET.default) -> str:
     notes = comment_block(_torchtitan_notes(placement, version, python=True))
     return torchtitan.render_python(placement, version,
-                                    [line.removeprefix("# ").removeprefix("#") for line in notes])
+                                    [line.removeprefix("# ").removeprefix("#") for line in notes],
+                                    tuple(world_line(placement)))
 
 
 def framework_files(placement: PlacedCandidate, versions: dict[str, str]
@@ -93,6 +123,11 @@ def framework_files(placement: PlacedCandidate, versions: dict[str, str]
     refused += no
     if not no:
         files.append(OutputFile(megatron.FILE, render_megatron_sh(placement, mv)))
+    bv = versions["megatron-bridge"]
+    no = megatron_bridge.refusals(placement, bv)
+    refused += no
+    if not no:
+        files.append(OutputFile(megatron_bridge.FILE, render_bridge_yaml(placement, bv)))
     tv = versions["torchtitan"]
     toml_version = torchtitan.toml_series(tv)
     no = torchtitan.refusals(placement, toml_version, torchtitan.TOML_FILE)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from placer.dialects import TARGETS, Refusal, deepspeed, megatron, torchtitan
+from placer.dialects import TARGETS, Refusal, deepspeed, megatron, megatron_bridge, torchtitan
 from placer.launch.rankmap import PlacedCandidate
 from placer.launch.scripts import placement_comment
 
 # What each framework file is, for the README's table.
 _FRAMEWORK_ROWS = {
     megatron.FILE: "Megatron-LM flags (`source` it, pass `\"${MEGATRON_ARGS[@]}\"`)",
+    megatron_bridge.FILE: "Megatron-Bridge recipe overrides (ConfigContainer sections)",
     torchtitan.TOML_FILE: "torchtitan `[parallelism]`, `[training]` and "
                           "`[activation_checkpoint]` settings (TOML releases)",
     torchtitan.PY_FILE: "torchtitan Python config: `--module torchtitan_config --config "

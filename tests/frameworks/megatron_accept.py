@@ -10,6 +10,16 @@ arguments.py's ``core_transformer_config_from_args`` (L1306-1331) passes them, s
 own ``__post_init__`` checks run on them. ``RankGenerator`` (parallel_state.py, the generator
 ``initialize_model_parallel`` uses, L775-806) then gives every process group for the order the
 flags select, for comparison with rankmap.json. No stubs: all of this runs on a CPU.
+
+megatron_bridge_overrides.yaml (Megatron-Bridge 0.3.1 ConfigContainer sections): its ``model``
+section goes into megatron-core's ``TransformerConfig`` (Bridge's ``GPTModelProvider`` is one)
+and its ``ddp`` section into ``DistributedDataParallelConfig``, so megatron-core checks them.
+Bridge itself cannot be imported on a CPU-only machine (``megatron.bridge.training.config``
+imports transformer_engine, a CUDA build), so every field name is checked against the
+dataclass fields Bridge's source declares (``$PLACER_MEGATRON_BRIDGE_SRC``, the unpacked wheel,
+read with ``ast``) and megatron-core's classes they extend. For the same reason the named
+mixed-precision recipe is applied as Bridge's mixed_precision.py L172-182 writes it (bf16,
+params_dtype and pipeline_dtype bfloat16), the one value taken from Bridge's source by hand.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import traceback
@@ -135,6 +146,81 @@ def _groups(args: argparse.Namespace, world: int) -> dict[str, list[list[int]]]:
     return {k: sorted(sorted(g) for g in v) for k, v in out.items()}
 
 
+# ConfigContainer section -> (Bridge source file, Bridge class, megatron-core base to import).
+BRIDGE_SECTIONS = {
+    "model": ("models/gpt_provider.py", "GPTModelProvider",
+              "megatron.core.transformer:TransformerConfig"),
+    "train": ("training/config.py", "TrainingConfig", None),
+    "dataset": ("training/config.py", "GPTDatasetConfig",
+                "megatron.core.datasets.gpt_dataset:GPTDatasetConfig"),
+    "ddp": ("training/config.py", "DistributedDataParallelConfig",
+            "megatron.core.distributed:DistributedDataParallelConfig"),
+    "optimizer": ("training/config.py", "OptimizerConfig",
+                  "megatron.core.optimizer:OptimizerConfig"),
+    "dist": ("training/config.py", "DistributedInitConfig", None),
+    "checkpoint": ("training/config.py", "CheckpointConfig", None),
+}
+BF16_RECIPES = ("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed")
+
+
+def _bridge_fields(src: Path, section: str) -> set[str]:
+    import ast
+    import dataclasses
+    import importlib
+
+    file, cls, base = BRIDGE_SECTIONS[section]
+    tree = ast.parse((src / "megatron" / "bridge" / file).read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            names |= {n.target.id for n in node.body
+                      if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    if base:
+        module, _, name = base.partition(":")
+        names |= {f.name for f in dataclasses.fields(getattr(importlib.import_module(module),
+                                                             name))}
+    return names
+
+
+def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
+    import yaml
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    doc = yaml.safe_load(Path(case["dir"], "megatron_bridge_overrides.yaml").read_text())
+    out: dict[str, Any] = {"doc": doc}
+    if src is not None:
+        out["unknown"] = {sec: sorted(set(keys) - _bridge_fields(src, sec))
+                          for sec, keys in doc.items() if isinstance(keys, dict)}
+        recipes = (src / "megatron/bridge/training/mixed_precision.py").read_text()
+        if f"def {doc.get('mixed_precision')}()" not in recipes:
+            out["unknown"]["mixed_precision"] = [doc.get("mixed_precision")]
+        out["unknown"] = {k: v for k, v in out["unknown"].items() if v}
+    model = case["model"]
+    import torch
+
+    kw = {k: v for k, v in doc["model"].items() if k != "seq_length"}
+    if doc.get("mixed_precision") in BF16_RECIPES:
+        kw.update(bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16)
+    kw.update(num_layers=model["num_layers"], hidden_size=model["hidden_size"],
+              num_attention_heads=model["num_attention_heads"],
+              ffn_hidden_size=model["ffn_hidden_size"], kv_channels=model["head_dim"],
+              num_query_groups=model["num_kv_heads"])
+    if "expert_model_parallel_size" in kw:
+        kw.update(num_moe_experts=model["num_experts"],
+                  moe_ffn_hidden_size=model["expert_ffn_hidden_size"],
+                  moe_router_topk=model["top_k"])
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            config = TransformerConfig(**kw)
+            DistributedDataParallelConfig(**doc["ddp"])
+        except (AssertionError, ValueError, TypeError) as exc:
+            out["error"] = f"megatron-core: {type(exc).__name__}: {exc}"
+            return out
+    out["vpp"] = config.virtual_pipeline_model_parallel_size
+    return out
+
+
 def check(case: dict[str, Any]) -> dict[str, Any]:
     from megatron.core.distributed import DistributedDataParallelConfig
 
@@ -168,6 +254,9 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
     out["args"] = {k: getattr(args, k) for k in ("micro_batch_size", "global_batch_size",
                                                   "seq_length", "ckpt_format")}
     out["groups"] = _groups(args, case["world_size"])
+    if Path(case["dir"], "megatron_bridge_overrides.yaml").exists():
+        env = os.environ.get("PLACER_MEGATRON_BRIDGE_SRC")
+        out["bridge"] = check_bridge(case, Path(env) if env else None)
     return out
 
 

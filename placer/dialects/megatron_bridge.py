@@ -1,0 +1,81 @@
+"""Megatron-Bridge recipe overrides: the plan's settings as a ConfigContainer YAML.
+
+NVIDIA's current recipes run through Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge), whose
+``ConfigContainer`` holds dataclass sections (``model``: a ``GPTModelProvider``, a megatron-core
+``TransformerConfig``; ``train``; ``ddp``; ``optimizer``; ``dataset``; ``checkpoint``; ``dist``)
+and whose recipe scripts merge a YAML file of overrides (OmegaConf) into a recipe's config.
+Field names are those of megatron-bridge 0.3.1 ``megatron/bridge/training/config.py`` and of
+megatron-core's configs. Rules from ``ConfigContainer.validate`` (config.py L1465-1478, 0.3.1):
+Megatron-FSDP refuses ``dist.use_tp_pp_dp_mapping`` and saves/loads only ``fsdp_dtensor``
+checkpoints.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from placer.dialects import megatron
+from placer.dialects.base import Placed, Refusal, Target
+
+TARGET = Target("megatron-bridge", "Megatron-Bridge", ("0.3",), "0.3", "megatron-bridge")
+FILE = "megatron_bridge_overrides.yaml"
+# Megatron-LM argument dest -> GPTModelProvider field (arguments.py
+# core_transformer_config_from_args L1329-1330 renames these two).
+_MODEL_RENAMES = {"decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+                  "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
+
+
+def refusals(placed: Placed, version: str) -> list[Refusal]:
+    if placed.layout.zero_stage == 3 and megatron.fit(placed).flag == megatron.TP_PP_DP_FLAG:
+        return [Refusal(FILE, TARGET, version,
+                        "does not support use_tp_pp_dp_mapping with Megatron-FSDP (zero=3; "
+                        "ConfigContainer.validate); the plan needs the tp-pp-dp rank order")]
+    return []
+
+
+def overrides(placed: Placed) -> dict[str, object]:
+    layout, plan = placed.layout, placed.plan
+    model: dict[str, object] = {
+        "tensor_model_parallel_size": layout.tp,
+        "pipeline_model_parallel_size": layout.pp,
+        "virtual_pipeline_model_parallel_size": layout.vpp if layout.vpp > 1 else None,
+        "context_parallel_size": layout.cp,
+        "sequence_parallel": layout.sequence_parallel,
+        "seq_length": plan.job.seq_len,
+    }
+    model.update({_MODEL_RENAMES.get(k, k): v for k, v in megatron.uneven_pp(placed).items()})
+    if plan.model.moe is not None:
+        model.update(expert_model_parallel_size=layout.ep, expert_tensor_parallel_size=layout.etp)
+    if layout.recompute == "selective":
+        model["recompute_granularity"] = "selective"
+    elif layout.recompute == "full":
+        model.update(recompute_granularity="full", recompute_method="uniform",
+                     recompute_num_layers=1)
+    fsdp = layout.zero_stage == 3
+    distributed = layout.zero_stage >= 1
+    out: dict[str, object] = {
+        "model": model,
+        "train": {"micro_batch_size": layout.micro_batch_size,
+                  "global_batch_size": plan.job.global_batch_size},
+        "dataset": {"sequence_length": plan.job.seq_len},
+        "ddp": {"use_distributed_optimizer": distributed, "use_megatron_fsdp": fsdp,
+                "data_parallel_sharding_strategy": "optim_grads_params" if fsdp
+                else "no_shard"},
+        "optimizer": {"use_distributed_optimizer": distributed},
+        "dist": {"use_megatron_fsdp": fsdp,
+                 "use_tp_pp_dp_mapping": megatron.fit(placed).flag == megatron.TP_PP_DP_FLAG},
+    }
+    # A named MixedPrecisionConfig recipe (training/mixed_precision.py): bf16_mixed sets bf16,
+    # params_dtype and pipeline_dtype = bfloat16 (L172-182); PP needs pipeline_dtype.
+    out["mixed_precision"] = ("bf16_with_fp8_delayed_scaling_mixed"
+                              if plan.job.precision == "fp8" else "bf16_mixed")
+    if fsdp:
+        out["checkpoint"] = {"ckpt_format": megatron.FSDP_CKPT_FORMAT}
+        model["gradient_accumulation_fusion"] = False
+    return out
+
+
+def render_yaml(placed: Placed, notes: list[str]) -> str:
+    body = yaml.safe_dump(overrides(placed), sort_keys=False, default_flow_style=False,
+                          width=100)
+    return "".join(f"# {n}\n" if n else "#\n" for n in notes) + body
