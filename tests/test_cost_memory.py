@@ -191,3 +191,22 @@ def test_deepspeed_zero3_holds_submodules_not_whole_layers() -> None:
     assert deepspeed.total_bytes < fsdp.total_bytes
     with pytest.raises(ValueError, match="positive"):
         CostOptions(zero3_max_live_params=0)
+
+
+def test_te_cross_entropy_keeps_the_bf16_logits_and_overwrites_them() -> None:
+    """Hand count: Megatron's native fused loss peaks at the fp32 softmax plus its bf16 gradient
+    (4 + 2 B per logit entry); Transformer Engine's keeps the bf16 logits and writes the gradient
+    into them (2 B; transformer_engine/pytorch/triton/cross_entropy.py); the job's runtime
+    picks it."""
+    model = model_preset("llama3-8b")
+    layout = Layout(tp=2, dp=4, sequence_parallel=True, zero_stage=1, micro_batch_size=2)
+    cluster = cluster_preset("dgx-h100")
+    entries = 2 * 8192 * model.vocab_size / 2  # tokens x local vocabulary (tp 2)
+    native = memory_estimate(model, cluster, Job(seq_len=8192, global_batch_size=64), layout)
+    te_job = Job(seq_len=8192, global_batch_size=64, runtime={"cross_entropy_impl": "te"})
+    te = memory_estimate(model, cluster, te_job, layout)
+    assert native.logits_bytes == pytest.approx(6 * entries, abs=1)
+    assert te.logits_bytes == pytest.approx(2 * entries, abs=1)
+    eager = memory_estimate(model, cluster, te_job, layout, CostOptions(fused_kernels=False,
+                                                                         cross_entropy_impl="te"))
+    assert eager.logits_bytes == pytest.approx(12 * entries, abs=1)  # TE's kernel needs TE

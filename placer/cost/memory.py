@@ -65,6 +65,11 @@ LOGITS_BYTES_PER_ENTRY = 4
 FUSED_LOSS_PEAK_BYTES_PER_ENTRY = 6
 EAGER_LOSS_PEAK_BYTES_PER_ENTRY = 12
 COMPILED_LOSS_PEAK_BYTES_PER_ENTRY = 4
+# Transformer Engine's fused cross-entropy (transformer_engine/pytorch/cross_entropy.py,
+# CrossEntropyFunction; triton/cross_entropy.py) saves its input logits in their own dtype (bf16)
+# and its backward kernel stores the gradient into them in place: 2 bytes per entry (plus 12 per
+# token of fp32 max/sum/target logit, negligible beside the vocabulary).
+TE_LOSS_PEAK_BYTES_PER_ENTRY = 2
 # Token ids held per in-flight micro-batch on the first stage (int64, Megatron's estimator 8*s*b);
 # with hidden dropout the embedding's dropout mask adds one byte per element (s*b*h).
 EMBEDDING_ID_BYTES_PER_TOKEN = 8
@@ -292,6 +297,8 @@ def loss_peak_bytes_per_entry(options: CostOptions) -> int:
     (PyTorch)."""
     if options.compiled_loss:
         return COMPILED_LOSS_PEAK_BYTES_PER_ENTRY
+    if options.fused_kernels and options.cross_entropy_impl == "te":
+        return TE_LOSS_PEAK_BYTES_PER_ENTRY
     if options.fused_kernels:
         return FUSED_LOSS_PEAK_BYTES_PER_ENTRY
     return EAGER_LOSS_PEAK_BYTES_PER_ENTRY

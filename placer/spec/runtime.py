@@ -61,6 +61,10 @@ class Runtime(Spec):
     fp8_recipe: Fp8Recipe | None = Field(
         default=None, description="FP8 scaling recipe, checked against the stack; every recipe "
         "keeps 1-byte GEMM inputs, and its scale tensors (under 4 %) are not priced")
+    cross_entropy_impl: Literal["native", "te"] | None = Field(
+        default=None, description="fused cross-entropy kernel (Megatron --cross-entropy-loss-fusion"
+        " --cross-entropy-fusion-impl): native (Megatron's, fp32) or te (Transformer Engine's, in "
+        "place on the bf16 logits); None: native")
     fp8_param_gather: bool = Field(
         default=False, description="keep and all-gather FP8 weights (Megatron --fp8-param-gather, "
         "torchtitan enable_fsdp_float8_all_gather)")
