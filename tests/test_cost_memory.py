@@ -210,3 +210,13 @@ def test_te_cross_entropy_keeps_the_bf16_logits_and_overwrites_them() -> None:
     eager = memory_estimate(model, cluster, te_job, layout, CostOptions(fused_kernels=False,
                                                                          cross_entropy_impl="te"))
     assert eager.logits_bytes == pytest.approx(12 * entries, abs=1)  # TE's kernel needs TE
+
+
+def test_a_job_whose_launcher_sets_expandable_segments_keeps_no_fragmentation() -> None:
+    model, cluster = model_preset("llama3-8b"), cluster_preset("dgx-h100")
+    layout = Layout(dp=8, zero_stage=1)
+    plain = memory_estimate(model, cluster, Job(seq_len=8192, global_batch_size=64), layout)
+    job = Job(seq_len=8192, global_batch_size=64, runtime={"expandable_segments": True})
+    stitched = memory_estimate(model, cluster, job, layout)
+    assert plain.fragmentation_bytes > 0 and stitched.fragmentation_bytes == 0
+    assert plain.total_bytes - stitched.total_bytes == plain.fragmentation_bytes

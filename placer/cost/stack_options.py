@@ -39,6 +39,8 @@ def options_for(job: Job, stack: Stack | None,
         updates["moe_load_imbalance"] = runtime.moe_load_imbalance
     if runtime.moe_capacity_factor is not None:
         updates["moe_capacity_factor"] = runtime.moe_capacity_factor
+    if runtime.expandable_segments is not None:
+        updates["expandable_segments"] = runtime.expandable_segments
     if runtime.cross_entropy_impl is not None:
         updates["cross_entropy_impl"] = runtime.cross_entropy_impl
     return replace(base, **updates) if updates else base  # type: ignore[arg-type]

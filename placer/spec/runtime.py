@@ -65,6 +65,9 @@ class Runtime(Spec):
         default=None, description="fused cross-entropy kernel (Megatron --cross-entropy-loss-fusion"
         " --cross-entropy-fusion-impl): native (Megatron's, fp32) or te (Transformer Engine's, in "
         "place on the bf16 logits); None: native")
+    expandable_segments: bool | None = Field(
+        default=None, description="the launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
+        "True (torchtitan's run_llama_train.sh does): no fragmentation allowance; None: off")
     fp8_param_gather: bool = Field(
         default=False, description="keep and all-gather FP8 weights (Megatron --fp8-param-gather, "
         "torchtitan enable_fsdp_float8_all_gather)")
