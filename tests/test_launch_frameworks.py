@@ -59,6 +59,8 @@ def _megatron(p: Plan, tmp_path: Path) -> tuple[argparse.Namespace, str]:
             parser.add_argument(flag, type=int)
         elif kind == "str":
             parser.add_argument(flag)
+        elif kind == "list[str]":
+            parser.add_argument(flag, nargs="+")
         else:
             parser.add_argument(flag, choices=kind)
     namespace, unknown = parser.parse_known_args(argv)
@@ -220,8 +222,7 @@ def _uneven(stages: list[int], vpp: int = 1) -> Plan:
                         "decoder_last_pipeline_num_layers": 8}),
         ([9, 9, 9, 5], {"decoder_first_pipeline_num_layers": None,
                         "decoder_last_pipeline_num_layers": 5}),
-        ([6, 10, 8, 8], {"pipeline_model_parallel_layout":
-                         "E" + "t" * 6 + "|" + "t" * 10 + "|" + "t" * 8 + "|" + "t" * 8 + "L"}),
+        ([6, 10, 8, 8], {"pipeline_model_parallel_layout": "Et*6|t*10|t*8|t*8L"}),
         ([8, 8, 8, 8], {"decoder_first_pipeline_num_layers": None,
                         "pipeline_model_parallel_layout": None}),
     ],
@@ -244,11 +245,16 @@ def test_uneven_pipeline_split(tmp_path: Path, stages: list[int], flags: dict[st
     assert "pipeline_parallel_split_points" not in doc["parallelism"]  # 0.2.x refuses it
 
 
-def test_uneven_split_with_virtual_stages_is_left_to_the_user(tmp_path: Path) -> None:
-    args, text = _megatron(_uneven([14, 18], vpp=2), tmp_path)
-    assert args.decoder_first_pipeline_num_layers is None
-    assert args.pipeline_model_parallel_layout is None
-    assert "one segment per virtual stage by hand" in _unwrapped(text)
+def test_uneven_split_with_virtual_stages_is_one_layout_segment_per_virtual_stage(
+        tmp_path: Path) -> None:
+    # 32 layers on pp=2 x vpp=2, split unevenly by the layout's own per-virtual-stage counts.
+    p = _plan(Layout(tp=2, pp=2, dp=4, vpp=2, zero_stage=1, stage_layers=(7, 9, 9, 7)))
+    args, _ = _megatron(p, tmp_path)
+    split = p.candidates[0].layout.pipeline_split(p.model.num_layers)
+    assert split.chunks == (7, 9, 9, 7)
+    assert args.pipeline_model_parallel_layout == split.megatron_layout == "Et*7|t*9|t*9|t*7L"
+    # Megatron takes the layout or --num-virtual-stages-per-pipeline-rank, not both.
+    assert args.num_virtual_stages_per_pipeline_rank is None
 
 
 def test_bad_stage_layers_are_rejected() -> None:
@@ -265,3 +271,34 @@ def test_deepspeed_pipeline_zero3_is_refused_with_the_reason() -> None:
     assert "deepspeed.json" not in files
     assert ("deepspeed.json not written: DeepSpeed 0.19 pipeline engine supports ZeRO stage 0 "
             "or 1 only") in files["README.md"]
+
+
+def test_layout_knobs_reach_megatron(tmp_path: Path) -> None:
+    layout = Layout(tp=2, dp=8, zero_stage=1, dp_shard=4, recompute="selective",
+                    recompute_modules=("core_attn", "mlp"), offload_layers=2)
+    args, _ = _megatron(_plan(layout), tmp_path)
+    assert args.recompute_modules == ["core_attn", "mlp"]
+    assert args.cpu_offloading_num_layers == 2
+    assert args.num_distributed_optimizer_instances == 2  # 8 dp ranks, shards of 4
+    full = Layout(tp=2, dp=8, recompute="full", recompute_layers=3)
+    args, _ = _megatron(_plan(full), tmp_path)
+    assert (args.recompute_method, args.recompute_num_layers) == ("block", 3)
+
+
+def test_layout_knobs_reach_torchtitan_and_refusals_say_why() -> None:
+    layout = Layout(tp=2, pp=2, dp=4, vpp=2, zero_stage=3, dp_shard=2, schedule="zbv",
+                    reshard_after_forward=True, recompute="op")
+    files = _files(_plan(layout))
+    doc = tomllib.loads(files["torchtitan.toml"])
+    par = doc["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (2, 2)
+    assert par["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    assert par["fsdp_reshard_after_forward"] == "always"
+    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    # Megatron-LM has neither the ZBV schedule nor per-op recomputation: refused, with why.
+    assert "megatron_args.sh" not in files
+    readme = files["README.md"]
+    assert "megatron_args.sh not written: Megatron-LM 0.16 runs the 1f1b/interleaved" in readme
+    assert "no per-op selective recomputation" in readme
+    offload = _files(_plan(Layout(tp=2, dp=8, offload_layers=1)))
+    assert "torchtitan.toml" not in offload and "no activation offloading" in offload["README.md"]

@@ -14,6 +14,7 @@ from typing import Protocol
 from placer.errors import InputError
 from placer.mesh import MeshGrid, order_text, parse_order
 from placer.spec import Candidate, Layout, Plan
+from placer.spec.pipeline import PipelineSplit
 
 
 class Placed(Protocol):
@@ -140,3 +141,15 @@ class Refusal:
 
     def line(self) -> str:
         return f"{self.file} not written: {self.target.label} {self.version} {self.reason}"
+
+
+def pipeline_split(placed: Placed) -> PipelineSplit:
+    """The decoder layers of every virtual stage: the layout's own split, else the candidate's
+    per-stage counts (searched without virtual stages), else the even split."""
+    layout, model = placed.layout, placed.plan.model
+    stages = placed.candidate.stage_layers
+    knobs = (layout.first_stage_layers, layout.last_stage_layers, layout.pp_layout,
+             layout.stage_layers, layout.embedding_in_split or None, layout.loss_in_split or None)
+    if stages is not None and layout.vpp == 1 and all(k is None for k in knobs):
+        return PipelineSplit(tuple(stages), layout.pp)
+    return layout.pipeline_split(model.num_layers)

@@ -16,6 +16,7 @@ from placer.dialects.base import (
     Refusal,
     Target,
     order_fit,
+    pipeline_split,
     version_key,
 )
 
@@ -88,14 +89,25 @@ def fit(placed: Placed) -> OrderFit:
     return order_fit(placed, ORDERS, "Megatron-LM")
 
 
+# Pipeline schedules Megatron-LM's training loop runs: 1F1B, and interleaved 1F1B with
+# virtual stages (megatron/core/pipeline_parallel/schedules.py get_forward_backward_func).
+SCHEDULES = ("1f1b", "interleaved")
+
+
 def refusals(placed: Placed, version: str) -> list[Refusal]:
     """What ``version`` rejects in this plan (an empty list: the flags run as written)."""
-    if placed.layout.zero_stage == 3 and version_key(version) < version_key(FSDP_SINCE):
-        return [Refusal(FILE, TARGET, version,
-                        "has no --use-megatron-fsdp for zero=3 (added in core_v0.14.0, "
-                        "arguments.py L2425); use --framework-version megatron=0.14 or newer, "
-                        "or a plan with zero <= 2")]
-    return []
+    layout = placed.layout
+    out: list[str] = []
+    if layout.zero_stage == 3 and version_key(version) < version_key(FSDP_SINCE):
+        out.append("has no --use-megatron-fsdp for zero=3 (added in core_v0.14.0, arguments.py "
+                   "L2425); use --framework-version megatron=0.14 or newer, or zero <= 2")
+    if layout.pp > 1 and layout.pipeline_schedule not in SCHEDULES:
+        out.append(f"runs the {'/'.join(SCHEDULES)} pipeline schedules only (schedules.py "
+                   f"get_forward_backward_func); the plan uses {layout.pipeline_schedule}")
+    if layout.recompute == "op":
+        out.append("has no per-op selective recomputation (recompute=op is torchtitan's); use "
+                   "recompute=selective with --recompute-modules")
+    return [Refusal(FILE, TARGET, version, reason) for reason in out]
 
 
 def args(placed: Placed) -> list[tuple[str, ...]]:
@@ -105,9 +117,11 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
         ("--tensor-model-parallel-size", str(layout.tp)),
         ("--pipeline-model-parallel-size", str(layout.pp)),
     ]
-    if layout.vpp > 1:
+    uneven = uneven_pp_args(placed)
+    if layout.vpp > 1 and not any(flag == "--" + LAYOUT_FLAG for flag, *_ in uneven):
+        # At most one of the virtual-stage flags and the layout (arguments.py L504-512).
         out.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
-    out += uneven_pp_args(placed)
+    out += uneven
     out.append(("--context-parallel-size", str(layout.cp)))
     if plan.model.moe is not None:
         out += [("--num-experts", str(plan.model.moe.num_experts)),
@@ -118,11 +132,21 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
     out += [("--micro-batch-size", str(layout.micro_batch_size)),
             ("--global-batch-size", str(plan.job.global_batch_size)),
             ("--seq-length", str(plan.job.seq_len))]
+    # --recompute-modules, --cpu-offloading-num-layers, --account-for-*-in-pipeline-split are
+    # TransformerConfig fields made flags by arguments.py L1621 (ArgumentGroupFactory).
     if layout.recompute == "selective":
         out.append(("--recompute-granularity", "selective"))
+        if layout.recompute_modules:
+            out.append(("--recompute-modules", *layout.recompute_modules))
     elif layout.recompute == "full":
-        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                ("--recompute-num-layers", "1")]
+        if layout.recompute_layers:
+            out += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                    ("--recompute-num-layers", str(layout.recompute_layers))]
+        else:
+            out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                    ("--recompute-num-layers", "1")]
+    if layout.offload_layers:
+        out.append(("--cpu-offloading-num-layers", str(layout.offload_layers)))
     if layout.zero_stage == 3:
         # Megatron-FSDP with full sharding = ZeRO-3 (Megatron-Core FSDP user guide flags); it
         # needs the fsdp_dtensor checkpoint format (FSDP_CKPT_FORMAT).
@@ -132,6 +156,10 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
                 ("--no-gradient-accumulation-fusion",), ("--use-distributed-optimizer",)]
     elif layout.zero_stage >= 1:
         out.append(("--use-distributed-optimizer",))
+    if layout.zero_stage >= 1 and layout.zero_replicas > 1:
+        # HSDP: the optimizer state is sharded within dp_shard ranks and replicated across
+        # the rest (arguments.py L2333 --num-distributed-optimizer-instances).
+        out.append(("--num-distributed-optimizer-instances", str(layout.zero_replicas)))
     out.append(("--bf16",))
     if plan.job.precision == "fp8":
         out.append(("--fp8-format", "hybrid"))
@@ -148,9 +176,16 @@ def uneven_pp(placed: Placed) -> dict[str, object]:
     one ``|``-separated segment per stage (E = embedding, t = transformer layer, L = loss).
     With virtual stages the split is not expressed (see ``uneven_note``).
     """
-    stages = placed.candidate.stage_layers
-    if stages is None or len(set(stages)) == 1 or placed.layout.vpp > 1:
+    layout = placed.layout
+    if layout.pp_layout:
+        return {"pipeline_model_parallel_layout": layout.pp_layout}
+    split = pipeline_split(placed)
+    if len(set(split.chunks)) == 1 and not (split.embedding_in_split or split.loss_in_split):
         return {}
+    if layout.vpp > 1 or split.embedding_in_split or split.loss_in_split:
+        # Any split, embedding and loss placed explicitly: one segment per virtual stage.
+        return {"pipeline_model_parallel_layout": split.megatron_layout}
+    stages = list(split.chunks)
     middle = stages[1:-1]
     if len(set(middle)) <= 1:
         even = middle[0] if middle else None
@@ -160,7 +195,7 @@ def uneven_pp(placed: Placed) -> dict[str, object]:
         if stages[-1] != even:
             out["decoder_last_pipeline_num_layers"] = stages[-1]
         return out
-    return {"pipeline_model_parallel_layout": "E" + "|".join("t" * n for n in stages) + "L"}
+    return {"pipeline_model_parallel_layout": split.megatron_layout}
 
 
 def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
@@ -170,11 +205,8 @@ def uneven_pp_args(placed: Placed) -> list[tuple[str, ...]]:
 
 
 def uneven_note(placed: Placed) -> str | None:
-    stages = placed.candidate.stage_layers
-    if stages is None or len(set(stages)) == 1:
+    split = pipeline_split(placed)
+    if len(set(split.chunks)) == 1:
         return None
-    if placed.layout.vpp > 1:
-        return (f"The plan splits layers unevenly over pipeline stages ({stages}) and uses "
-                f"vpp={placed.layout.vpp}: give Megatron a --pipeline-model-parallel-layout "
-                "with one segment per virtual stage by hand.")
-    return f"Uneven pipeline split from the plan: {stages} layers per stage."
+    return (f"Uneven pipeline split from the plan: {list(split.chunks)} decoder layers per "
+            "virtual stage.")

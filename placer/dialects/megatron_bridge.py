@@ -26,11 +26,15 @@ _MODEL_RENAMES = {"decoder_first_pipeline_num_layers": "num_layers_in_first_pipe
 
 
 def refusals(placed: Placed, version: str) -> list[Refusal]:
+    """Bridge's own rule, and what the megatron-core it runs refuses (same schedules,
+    recomputation and FSDP as Megatron-LM's training loop)."""
+    out = [Refusal(FILE, TARGET, version, r.reason)
+           for r in megatron.refusals(placed, megatron.TARGET.default)]
     if placed.layout.zero_stage == 3 and megatron.fit(placed).flag == megatron.TP_PP_DP_FLAG:
-        return [Refusal(FILE, TARGET, version,
-                        "does not support use_tp_pp_dp_mapping with Megatron-FSDP (zero=3; "
-                        "ConfigContainer.validate); the plan needs the tp-pp-dp rank order")]
-    return []
+        out.append(Refusal(FILE, TARGET, version,
+                           "does not support use_tp_pp_dp_mapping with Megatron-FSDP (zero=3; "
+                           "ConfigContainer.validate); the plan needs the tp-pp-dp rank order"))
+    return out
 
 
 def overrides(placed: Placed) -> dict[str, object]:
@@ -44,13 +48,20 @@ def overrides(placed: Placed) -> dict[str, object]:
         "seq_length": plan.job.seq_len,
     }
     model.update({_MODEL_RENAMES.get(k, k): v for k, v in megatron.uneven_pp(placed).items()})
+    if "pipeline_model_parallel_layout" in model:
+        model["virtual_pipeline_model_parallel_size"] = None  # the layout gives it
     if plan.model.moe is not None:
         model.update(expert_model_parallel_size=layout.ep, expert_tensor_parallel_size=layout.etp)
     if layout.recompute == "selective":
         model["recompute_granularity"] = "selective"
+        if layout.recompute_modules:
+            model["recompute_modules"] = list(layout.recompute_modules)
     elif layout.recompute == "full":
-        model.update(recompute_granularity="full", recompute_method="uniform",
-                     recompute_num_layers=1)
+        model.update(recompute_granularity="full",
+                     recompute_method="block" if layout.recompute_layers else "uniform",
+                     recompute_num_layers=layout.recompute_layers or 1)
+    if layout.offload_layers:
+        model["cpu_offloading_num_layers"] = layout.offload_layers
     fsdp = layout.zero_stage == 3
     distributed = layout.zero_stage >= 1
     out: dict[str, object] = {
@@ -69,6 +80,8 @@ def overrides(placed: Placed) -> dict[str, object]:
     # params_dtype and pipeline_dtype = bfloat16 (L172-182); PP needs pipeline_dtype.
     out["mixed_precision"] = ("bf16_with_fp8_delayed_scaling_mixed"
                               if plan.job.precision == "fp8" else "bf16_mixed")
+    if distributed and layout.zero_replicas > 1:
+        out["ddp"]["num_distributed_optimizer_instances"] = layout.zero_replicas  # type: ignore[index]
     if fsdp:
         out["checkpoint"] = {"ckpt_format": megatron.FSDP_CKPT_FORMAT}
         model["gradient_accumulation_fusion"] = False

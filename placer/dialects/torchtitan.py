@@ -33,6 +33,7 @@ from placer.dialects.base import (
     Refusal,
     Target,
     order_fit,
+    pipeline_split,
     version_key,
 )
 
@@ -81,7 +82,8 @@ def _output_name(version: str) -> str:
 
 def _shard_ep(placed: Placed) -> int:
     layout = placed.layout
-    return (1 if layout.zero_stage == 0 else layout.dp) * layout.cp * layout.tp
+    shard = 1 if layout.zero_stage == 0 else layout.dp // layout.zero_replicas
+    return shard * layout.cp * layout.tp
 
 
 def refusals(placed: Placed, version: str, file: str) -> list[Refusal]:
@@ -106,31 +108,41 @@ def refusals(placed: Placed, version: str, file: str) -> list[Refusal]:
         out.append(f"needs ep x etp = {layout.ep * expert_tp} to divide data_parallel_shard x cp "
                    f"x tp = {shard} (its expert FSDP mesh efsdp is their quotient); use zero >= 1 "
                    "(FSDP) so dp shards")
+    if layout.pp > 1 and layout.pipeline_schedule not in SCHEDULE_NAMES:
+        out.append(f"has no {layout.pipeline_schedule} pipeline schedule")
+    if layout.zero_stage and layout.dp % layout.zero_replicas:
+        out.append(f"shards FSDP over dp_shard x cp and replicates over dp_replicate: "
+                   f"{layout.zero_replicas} replicas do not divide dp={layout.dp}")
+    if layout.offload_layers:
+        out.append("has no activation offloading to host memory (offload_layers)")
+    if layout.recompute_layers or layout.recompute_modules:
+        out.append("recomputes whole blocks or per op, not chosen layers or modules "
+                   "(recompute_layers / recompute_modules are Megatron's)")
     return [Refusal(file, TARGET, version, reason) for reason in out]
 
 
 def stage_chunks(placed: Placed, version: str) -> list[list[str]] | None:
     """Module names of each model chunk when the plan's split is uneven; None when even.
 
-    With virtual stages, rank r holds chunks r, r + pp, ... (torchtitan's looped schedules), and
-    placer's per-rank layer count is spread evenly over its chunks.
+    Chunk c runs on the rank torchtitan's schedule gives it (looped: c mod pp; V schedules:
+    the V), as ``PipelineSplit.rank_of`` assumes.
     """
-    layout = placed.layout
-    stages = placed.candidate.stage_layers
-    if stages is None or len(set(stages)) == 1:
+    split = pipeline_split(placed)
+    if len(set(split.chunks)) == 1:
         return None
-    chunk_layers: list[int] = []
-    for virtual in range(layout.vpp):
-        for rank_layers in stages:
-            base, extra = divmod(rank_layers, layout.vpp)
-            chunk_layers.append(base + (1 if virtual < extra else 0))
     chunks, start = [], 0
-    for count in chunk_layers:
+    for count in split.chunks:
         chunks.append([f"layers.{i}" for i in range(start, start + count)])
         start += count
     chunks[0].insert(0, "tok_embeddings")
     chunks[-1] += ["norm", _output_name(version)]
     return chunks
+
+
+# placer's schedule -> torch.distributed.pipelining schedule name (get_schedule_class).
+SCHEDULE_NAMES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
+                  "zb1p": "InterleavedZeroBubble", "zbv": "ZBVZeroBubble",
+                  "dualpipev": "DualPipeV"}
 
 
 def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
@@ -139,10 +151,18 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
     if layout.zero_stage == 0:
         replicate, shard, reshard = layout.dp, 1, "default"
     else:
-        replicate, shard = 1, layout.dp
+        # HSDP: shard within dp_shard (of dp x cp; torchtitan's fsdp mesh is dp_shard x cp),
+        # replicate across the rest.
+        replicate = layout.zero_replicas
+        shard = layout.dp // replicate
         # torchtitan has no ZeRO-1/2; FSDP that keeps parameters gathered after forward
         # communicates like ZeRO-2 (no re-gather in backward).
-        reshard = "default" if layout.zero_stage == 3 else "never"
+        if layout.zero_stage < 3:
+            reshard = "never"
+        elif layout.reshard_after_forward is None:
+            reshard = "default"
+        else:
+            reshard = "always" if layout.reshard_after_forward else "never"
     parallelism: dict[str, object] = {
         REPLICATE_KEY: replicate,
         SHARD_KEY: shard,
@@ -162,8 +182,7 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
         # per-DP-rank share of the global batch, split into microbatches of mbs.
         training["local_batch_size"] = job.global_batch_size // layout.dp
         parallelism["pipeline_parallel_microbatch_size"] = layout.micro_batch_size
-        parallelism["pipeline_parallel_schedule"] = ("Interleaved1F1B" if layout.vpp > 1
-                                                     else "1F1B")
+        parallelism["pipeline_parallel_schedule"] = SCHEDULE_NAMES[layout.pipeline_schedule]
         parallelism.update(_stages(placed, version))
         if writes_python(version):
             # 0.3 captures CUDA graphs by default and refuses them with PP (trainer.py,
@@ -172,8 +191,11 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
             training["disable_cuda_graphs"] = True
     else:
         training["local_batch_size"] = layout.micro_batch_size
-    checkpoint: dict[str, object] = {"mode": layout.recompute}
-    if layout.recompute == "selective":
+    # Megatron's selective (core attention) and torchtitan's per-op SAC are both written as
+    # torchtitan's selective mode with the per-op option, the nearest it has.
+    mode = "selective" if layout.recompute in ("selective", "op") else layout.recompute
+    checkpoint: dict[str, object] = {"mode": mode}
+    if mode == "selective":
         checkpoint["selective_ac_option"] = "op"
     return {
         "job": {"description": f"{job.name} ({layout})"},
