@@ -30,8 +30,8 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
         f"Megatron-LM arguments for job {placement.plan.job.name}, layout {layout}, for "
         f"Megatron-LM core_v{version}.x (flag names: Megatron-LM arguments.py, docs/sources.md "
         "6.2; --framework-version megatron=X picks another release). Use them with launch.sh:",
-        "  source megatron_args.sh",
-        "  PLACER_SCRIPT=pretrain_gpt.py ./launch.sh \"${MEGATRON_ARGS[@]}\" <model and data "
+        "    source megatron_args.sh",
+        "    PLACER_SCRIPT=pretrain_gpt.py ./launch.sh \"${MEGATRON_ARGS[@]}\" <model and data "
         "arguments>",
         f"Rank order: {fit.explanation}",
     ]
@@ -77,7 +77,7 @@ def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool) ->
     if python:
         run = [f"torchtitan {version}.x config for job {placement.plan.job.name}, layout "
                f"{layout}. Run it from the launch directory (launch.sh puts it on PYTHONPATH):",
-               "  PLACER_SCRIPT=-m ./launch.sh torchtitan.train --module torchtitan_config "
+               "    PLACER_SCRIPT=-m ./launch.sh torchtitan.train --module torchtitan_config "
                "--config placer_job",
                "The model comes from BASE below, a torchtitan config function."]
     else:
