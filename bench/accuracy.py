@@ -296,6 +296,15 @@ def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
     return ("fp8" if fp8 else "bf16"), optimizer, notes
 
 
+def as_ran(job: Job) -> Job:
+    """The job as a run that actually ran is judged: against the whole GPU, no planning headroom.
+
+    Whether a published run fits is a statement about the memory model: its predicted peak
+    already counts fragmentation, the CUDA context and NCCL buffers. The headroom
+    (placer.spec.job.DEFAULT_MEMORY_HEADROOM) is the margin placer keeps for its own picks."""
+    return job.model_copy(update={"memory_headroom": 0.0})
+
+
 def case_for(record: dict[str, Any]) -> Case:
     rid = record["id"]
     layout_rec, batch, result = record["layout"], record["batch"], record["result"]
@@ -352,9 +361,8 @@ def case_for(record: dict[str, Any]) -> Case:
                     sequence_parallel=bool(sp) and tp > 1,
                     recompute_modules=tuple(modules) if modules else None,
                     offload_layers=layout_rec.get("offload_layers") or 0)
-    # Whether a run fits is judged against the whole GPU: no planning headroom.
-    job = Job(seq_len=seq, global_batch_size=gbs, precision=precision, optimizer=optimizer,
-              memory_headroom=0.0)
+    job = as_ran(Job(seq_len=seq, global_batch_size=gbs, precision=precision,
+                     optimizer=optimizer))
     problem = layout_problem(layout, model, job, layout.num_gpus)
     if problem is not None:
         raise Skip(f"layout not valid for placer: {problem[0]} {problem[1]}: {problem[2]}")

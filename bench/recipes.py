@@ -4,17 +4,21 @@ For every recipe in placer/spec/presets/recipes/*.yaml (NVIDIA NeMo and Megatron
 performance tables, torchtitan's benchmarks, the Llama 3 paper; each row cites its source):
 
 - expressible: the published layout passes placer's layout rules for that job;
-- fits: the cost model predicts it fits with the default memory headroom;
+- fits the GPU: the predicted peak (fragmentation, CUDA context and NCCL buffers included) is
+  within the whole GPU, as bench/accuracy.py judges a run that ran (``as_ran``): a published recipe
+  ran, so this is a statement about the memory model;
+- fits with headroom: also within the GPU less the default planning headroom, the margin placer
+  keeps for its own picks (shown, not checked: a recipe owes placer no headroom);
 - error: predicted vs measured throughput per GPU (tokens/s where the source gives it, else
   model TFLOP/s or MFU);
 - rank: the recipe's place among placer's top ``--top`` candidates by predicted step time;
 - #1 gain: placer's #1 predicted throughput over the recipe's, and whether the model can tell
   them apart (its measured error, ``placer.cost.validity.MODEL_ERROR``).
 
-Then the issue-16 checks: every recipe expressible and predicted to fit; no #1 predicted more than
-10 % faster than its recipe without a note; no #1 with CP > 2 at <= 8K tokens unless it beats the
-recipe by more than the measured error; every #1 keeps the default headroom; the launch dialect
-of the recipe's stack writes #1's files (``placer.launch.launch_bundle`` refuses none).
+Then the issue-16 checks: every recipe expressible and predicted to fit the GPU; no #1 predicted
+more than 10 % faster than its recipe without a note; no #1 with CP > 2 at <= 8K tokens unless it
+beats the recipe by more than the measured error; every #1 keeps the default headroom; the launch
+dialect of the recipe's stack writes #1's files (``placer.launch.launch_bundle`` refuses none).
 
     .venv/bin/python bench/recipes.py [--top 10] [--max-gpus 1024] [--only ID] [--emit DIR]
 """
@@ -29,9 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import _grand_teton  # noqa: E402  (bench helper: torchtitan's Grand Teton nodes)
+from accuracy import _grand_teton, as_ran  # noqa: E402  (bench helpers: Grand Teton nodes; fit)
 
 from placer.cost import estimate  # noqa: E402
+from placer.cost.memory import capacity_bytes  # noqa: E402
 from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
 from placer.io import write_text  # noqa: E402
@@ -42,12 +47,13 @@ from placer.report.plan import build_plan, plan_json  # noqa: E402
 from placer.solver import recommend  # noqa: E402
 from placer.solver.select import KNOB_TOLERANCE  # noqa: E402
 from placer.spec.cluster import Cluster  # noqa: E402
-from placer.spec.job import Job  # noqa: E402
+from placer.spec.job import DEFAULT_MEMORY_HEADROOM, Job  # noqa: E402
 from placer.spec.layout import layout_problem  # noqa: E402
 from placer.spec.presets import cluster_preset, model_preset  # noqa: E402
 from placer.spec.recipe import Recipe, published_recipes  # noqa: E402
 from placer.spec.results import Candidate, Estimate  # noqa: E402
 from placer.spec.stack import stack_names  # noqa: E402
+from placer.units import gib, gib_text  # noqa: E402
 
 GAIN_LIMIT = 0.10  # issue 16: #1 never predicted more than 10 % faster than a published recipe
 SHORT_SEQ = 8192  # issue 16: no #1 with CP > 2 at sequences <= 8K unless beyond the error
@@ -78,7 +84,8 @@ def measured_error(recipe: Recipe, est: Estimate) -> tuple[float, str]:
 class Outcome:
     recipe: Recipe
     expressible: str  # "yes" or the rule it breaks
-    fits: bool
+    fits: bool  # the predicted peak within the whole GPU (as_ran)
+    fits_headroom: bool  # ... and within the GPU less the job's default planning headroom
     error: float | None
     figure: str
     rank: str
@@ -87,6 +94,7 @@ class Outcome:
     wall_s: float
     notes: tuple[str, ...]
     refusals: tuple[str, ...] = ()
+    memory: tuple[int, int] = (0, 0)  # the recipe's predicted peak and the whole GPU, bytes
 
     @property
     def checks(self) -> list[str]:
@@ -95,7 +103,8 @@ class Outcome:
         if self.expressible != "yes":
             broken.append("not expressible")
         if not self.fits:
-            broken.append("not predicted to fit")
+            broken.append(f"not predicted to fit the GPU (peak {gib(self.memory[0])} of "
+                          f"{gib_text(self.memory[1])})")
         best = self.best
         if best is None or self.gain is None:
             return [*broken, "no #1"]
@@ -145,14 +154,17 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     problem = layout_problem(layout, model, job, recipe.num_gpus)
     expressible = "yes" if problem is None else f"{problem[0]}={problem[1]}: {problem[2]}"
     if problem is not None:
-        return Outcome(recipe, expressible, False, None, "", "-", None, None, 0.0, ())
-    est = estimate(model, cluster, job, layout, order=DEFAULT_ORDER)
+        return Outcome(recipe, expressible, False, False, None, "", "-", None, None, 0.0, ())
+    est = estimate(model, cluster, as_ran(job), layout, order=DEFAULT_ORDER)
+    fits_headroom = est.memory.total_bytes <= capacity_bytes(cluster, job)
+    memory = (est.memory.total_bytes, est.memory.capacity_bytes)
     error, figure = measured_error(recipe, est)
     try:
         found = recommend(model, cluster, job, top_k=top).candidates
     except PlacerError as exc:
-        return Outcome(recipe, expressible, est.fits, error, figure, f"none ({exc})", None,
-                       None, time.perf_counter() - started, ())
+        return Outcome(recipe, expressible, est.fits, fits_headroom, error, figure,
+                       f"none ({exc})", None, None, time.perf_counter() - started, (),
+                       memory=memory)
     # Its rank: one more than the distinct candidates predicted faster than it (beyond the
     # solver's knob tolerance, within which it would be one of them).
     faster = sum(c.step_time_s < est.step_time_s * (1 - KNOB_TOLERANCE) for c in found)
@@ -165,8 +177,8 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     notes = tuple(line for line in best.why if line.startswith("unvalidated"))
     if gain > GAIN_LIMIT:
         notes = (*notes, _mechanism(best, est))
-    return Outcome(recipe, expressible, est.fits, error, figure, rank, best, gain,
-                   time.perf_counter() - started, notes, refusals)
+    return Outcome(recipe, expressible, est.fits, fits_headroom, error, figure, rank, best,
+                   gain, time.perf_counter() - started, notes, refusals, memory)
 
 
 def _mechanism(best: Estimate, recipe: Estimate) -> str:
@@ -185,8 +197,9 @@ def _short(layout_text: str) -> str:
 
 
 def report(outcomes: list[Outcome]) -> int:
-    header = (f"{'recipe':<40} {'expr':<4} {'fits':<4} {'error':>7} {'rank':>5} "
+    header = (f"{'recipe':<40} {'expr':<4} {'fits':>4} {'fits':>8} {'error':>7} {'rank':>5} "
               f"{'#1 gain':>8}  #1 layout")
+    print(f"{'':<45} {'GPU':>4} {'headroom':>8}")
     print(header)
     print("-" * len(header))
     broken = 0
@@ -196,7 +209,8 @@ def report(outcomes: list[Outcome]) -> int:
         tie = " tie" if o.gain is not None and o.gain < MODEL_ERROR else ""
         best = _short(o.best.layout.compact()) if o.best is not None else "-"
         print(f"{o.recipe.id:<40} {'yes' if o.expressible == 'yes' else 'NO':<4} "
-              f"{'yes' if o.fits else 'NO':<4} {err:>7} {o.rank:>5} {gain:>8}{tie:<4} {best}")
+              f"{'yes' if o.fits else 'NO':>4} {'yes' if o.fits_headroom else 'no':>8} "
+              f"{err:>7} {o.rank:>5} {gain:>8}{tie:<4} {best}")
         for note in o.notes:
             print(f"{'':<42}{note[:150]}")
         for check in o.checks:
@@ -208,7 +222,9 @@ def report(outcomes: list[Outcome]) -> int:
     gains = [o.gain for o in outcomes if o.gain is not None]
     print()
     print(f"{len(outcomes)} recipes; expressible {sum(o.expressible == 'yes' for o in outcomes)}"
-          f", predicted to fit {sum(o.fits for o in outcomes)}; recipe in placer's top 5: "
+          f", predicted to fit the GPU {sum(o.fits for o in outcomes)} (with the "
+          f"{DEFAULT_MEMORY_HEADROOM:.0%} planning headroom "
+          f"{sum(o.fits_headroom for o in outcomes)}); recipe in placer's top 5: "
           f"{sum(o.rank.isdigit() and int(o.rank) <= 5 for o in outcomes)}")
     if errors:
         print(f"estimate error on the recipes: mean {sum(errors) / len(errors):.1%}, max "
