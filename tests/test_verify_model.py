@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 import torch
 from helpers_cli import cli
@@ -68,6 +69,10 @@ def test_real_model_memory_within_15_percent_for_tp_pp_fsdp_cp_ep(
                          capsys)
     assert code == 0, err + out
     doc = json.loads((tmp_path / "dense-out.json").read_text())
+    # The results file validates against the schema 'placer schema verify-real-model' prints.
+    code, schema_text, err = cli(["schema", "verify-real-model"], capsys)
+    assert code == 0, err
+    jsonschema.validate(doc, json.loads(schema_text))
     # The measured step times feed the profile as replays do: one compute scale, fitted.
     refit = load_link_profile(tmp_path / "refit.yaml")
     scale = doc["calibration"]["compute_scale"]

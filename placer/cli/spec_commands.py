@@ -20,13 +20,15 @@ from placer.spec.presets import (
 from placer.units import gib
 
 SCHEMA_NAMES = ("model", "cluster", "node", "job", "layout", "profile", "plan", "estimate",
-                "rankmap", "replay", "bench-config", "bench", "verify", "check", "stack")
+                "rankmap", "replay", "bench-config", "bench", "verify", "check", "stack",
+                "real-model", "verify-real-model")
 """Every document placer reads or writes, by the name ``placer schema NAME`` takes: model,
 cluster, node (``topology import``), job, layout, profile (``calibrate --out``), plan
 (``recommend-layout --json/--emit``), estimate (``estimate --json``), rankmap (``launch``:
 rankmap.json), replay (verify's replay.json), bench-config and bench (the calibration worker's
 config and measurements), verify (``verify --json/--out``), check (``check --format json``),
-stack (``--stack FILE``)."""
+stack (``--stack FILE``), real-model (``verify --real-model``'s model.json) and
+verify-real-model (its ``--json/--out`` results)."""
 
 
 def schemas() -> dict[str, type[BaseModel]]:
@@ -39,6 +41,8 @@ def schemas() -> dict[str, type[BaseModel]]:
         BenchResults,
         EstimateDocument,
         RankMapDocument,
+        RealModelConfig,
+        RealModelResults,
         ReplayConfig,
         VerifyResults,
     )
@@ -47,7 +51,8 @@ def schemas() -> dict[str, type[BaseModel]]:
 
     models: list[type[BaseModel]] = [Model, Cluster, NodeType, Job, Layout, LinkProfile, Plan,
                                      EstimateDocument, RankMapDocument, ReplayConfig, BenchConfig,
-                                     BenchResults, VerifyResults, CheckReport, Stack]
+                                     BenchResults, VerifyResults, CheckReport, Stack,
+                                     RealModelConfig, RealModelResults]
     return dict(zip(SCHEMA_NAMES, models, strict=True))
 
 
