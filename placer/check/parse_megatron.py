@@ -31,6 +31,7 @@ from placer.check.megatron_flags import (
 from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.check.shell import UNKNOWN_MARK, Array, Scalar, Script, ShellSyntaxError, Word, evaluate
 from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
+from placer.dialects import megatron
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.layout import RECOMPUTE_MODULES
@@ -38,10 +39,6 @@ from placer.spec.model import Model
 from placer.spec.presets import validated
 from placer.spec.text import decimal
 
-# Megatron's training entry point passes this order, or the second one with
-# --use-tp-pp-dp-mapping (docs/sources.md 6.1).
-MEGATRON_ORDER = "tp-cp-ep-dp-pp"
-MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 # Megatron-DeepSpeed's GPTModelPipe partitions with DeepSpeed's 'type:transformer' unless
 # --pp-partition-method says otherwise (megatron/model/gpt_model.py, bigscience-workshop/
 # Megatron-DeepSpeed 8387ae1); --no-pipeline-parallel uses Megatron's own even split.
@@ -105,8 +102,9 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
         parsed.lines.setdefault(BOOL_FLAGS[flag], line)
     flags = {BOOL_FLAGS[flag] for flag in bools}
     parsed.settings = _settings(ints, flags, choices, parsed)
-    parsed.order = parse_order(MEGATRON_TP_PP_DP_ORDER if "tp_pp_dp_mapping" in flags
-                               else MEGATRON_ORDER)
+    default_order, tp_pp_dp_order = megatron.ORDERS
+    parsed.order = parse_order(tp_pp_dp_order.text if "tp_pp_dp_mapping" in flags
+                               else default_order.text)
     parsed.seq_len = ints.get("seq_len")
     parsed.global_batch_size = ints.get("global_batch_size")
     # launcher and precision flags alone (launch.sh, env.sh) are no parallel settings
