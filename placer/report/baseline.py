@@ -27,7 +27,7 @@ from placer.cost.profile import bounding_node_type
 from placer.mesh import DEFAULT_ORDER
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
-from placer.spec.layout import Layout, layout_problem
+from placer.spec.layout import Layout, layout_problem, zero_allowed
 from placer.spec.model import Model
 from placer.spec.presets import cluster_names, cluster_preset, model_names, model_preset
 from placer.spec.recipe import Recipe, published_recipes
@@ -197,7 +197,7 @@ def rule_default(model: Model, cluster: Cluster, job: Job, num_gpus: int,
         ep = default_ep(model, cluster, tp * cp * dp)
         for recompute in ("none", "selective", "full"):
             layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch_size=1,
-                            zero_stage=1 if dp * cp > 1 else 0, recompute=recompute,
+                            zero_stage=1 if zero_allowed(dp, cp) else 0, recompute=recompute,
                             sequence_parallel=tp > 1)
             found = layout_problem(layout, model, plain, num_gpus)
             if found is not None:

@@ -437,7 +437,7 @@ def _pipeline_problem(layout: Layout, model: Model) -> tuple[str, object, str] |
 
 def _sharding_problem(layout: Layout) -> tuple[str, object, str] | None:
     """HSDP shard group and FSDP resharding rules."""
-    group = layout.dp * layout.cp
+    group = layout.dp_cp
     if layout.dp_shard is not None:
         if layout.zero_stage == 0:
             return ("layout.dp_shard", layout.dp_shard, "a shard group needs zero >= 1")

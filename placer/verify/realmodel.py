@@ -56,7 +56,7 @@ def unsupported(model: Model, layout: Layout) -> str | None:
     reasons = []
     if layout.sequence_parallel:
         reasons.append("sequence parallelism")
-    if layout.zero_stage in (1, 2) and layout.dp * layout.cp > 1:
+    if layout.zero_stage in (1, 2) and layout.zero_allowed:
         reasons.append(f"ZeRO-{layout.zero_stage} (it runs ZeRO-0 or FSDP2 ZeRO-3)")
     if layout.recompute != "none":
         reasons.append(f"recompute={layout.recompute}")
