@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_frameworks import Case, example_cases, need, run_worker, torchtitan_toml_path
+from helpers_frameworks import Case, example_cases, missing, need, run_worker, torchtitan_toml_path
 
 # Each starts the framework in its own venv over every example candidate (tests/conftest.py).
 pytestmark = pytest.mark.slow
@@ -87,8 +87,8 @@ def test_torchtitan_03_python_config(cases: list[Case], tmp_path: Path) -> None:
 def test_torchtitan_02_toml(cases: list[Case], tmp_path: Path) -> None:
     path = torchtitan_toml_path()
     if path is None:
-        pytest.skip("no torchtitan 0.2.x target directory (.ci/run installs it in "
-                    ".venv-frameworks/torchtitan-0.2, or set PLACER_TORCHTITAN_TOML_PATH)")
+        missing("no torchtitan 0.2.x target directory (.ci/run installs it in "
+                ".venv-frameworks/torchtitan-0.2, or set PLACER_TORCHTITAN_TOML_PATH)")
     version = need("torchtitan", str(path))
     assert version.startswith("0.2"), version
     results = run_worker("torchtitan_accept.py", ["toml"], _manifest(cases, "torchtitan.toml"),
