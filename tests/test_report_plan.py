@@ -155,5 +155,7 @@ def test_plan_json_round_trips_and_keeps_rank_entries_on_one_line() -> None:
     assert again.job == plan.job and again.cluster == plan.cluster
     rank_lines = [line for line in text.splitlines() if '"coords"' in line and '"rank"' in line]
     assert len(rank_lines) == 32  # 16 ranks x 2 candidates, one line each
-    assert len(text.splitlines()) < 250
+    # Rank entries spread one field a line would add ~5 lines each (160 here); the rest of the
+    # plan (inputs and two candidates with every layout and job field) is about 250 lines.
+    assert len(text.splitlines()) < 320
     assert text.endswith("}\n")
