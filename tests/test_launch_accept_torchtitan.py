@@ -97,8 +97,8 @@ def test_torchtitan_02_toml(cases: list[Case], tmp_path: Path) -> None:
     for case in cases:
         if "torchtitan.toml" in case.written:
             _assert_matches_plan(case, results[case.id], "output")
-            assert results[case.id]["parallelism"]["module_fqns_per_model_part"] is None or (
-                len(set(case.stage_layers)) > 1), case.id
+            # _assert_matches_plan compares the split torchtitan 0.2 builds (chunks, layers per
+            # rank, order) with the plan's, whether the TOML states module lists or not.
             checked += 1
     _refusals_are_named(cases, "torchtitan.toml")
     print(f"torchtitan {version}: {checked} of {len(cases)} candidates accepted")
