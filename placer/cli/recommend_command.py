@@ -11,11 +11,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
 from placer.cli.options import (
     NO_KNOBS,
+    JobInputs,
     JobKnobs,
     job_input_options,
     knobs_from_params,
@@ -54,15 +56,20 @@ class RecommendArgs:
     knobs: JobKnobs = NO_KNOBS
 
 
-def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommendation:
-    """Load the inputs, fill the defaults, and run the recommendation."""
-    from placer.report.progress import delayed_spinner
-
+def _inputs(args: RecommendArgs) -> tuple[JobInputs, Any]:
+    """The model, cluster and job (defaults filled) and the link profile the options name."""
     inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
                              global_batch=args.global_batch, seq_len=args.seq_len,
                              precision=args.precision, constraints=args.constraints,
                              knobs=args.knobs)
-    profile = load_profile_option(args.profile)
+    return inputs, load_profile_option(args.profile)
+
+
+def recommend(args: RecommendArgs, progress_enabled: bool = False) -> Recommendation:
+    """Load the inputs, fill the defaults, and run the recommendation."""
+    from placer.report.progress import delayed_spinner
+
+    inputs, profile = _inputs(args)
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
         return make_plan(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
                          profile=profile, defaults_used=inputs.defaults_used,
@@ -150,11 +157,7 @@ def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False
     what-ifs solved one by one as the iterator is read."""
     from placer.report.progress import delayed_spinner
 
-    inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
-                             global_batch=args.global_batch, seq_len=args.seq_len,
-                             precision=args.precision, constraints=args.constraints,
-                             knobs=args.knobs)
-    profile = load_profile_option(args.profile)
+    inputs, profile = _inputs(args)
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
         return plan_in_steps(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
                              profile=profile, defaults_used=inputs.defaults_used,
