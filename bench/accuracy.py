@@ -56,6 +56,7 @@ PRESET_NAMES = {
     "llama318b": "llama3-8b", "llama3170b": "llama3-70b", "llama3405b": "llama3-405b",
     "llama31405b": "llama3-405b", "gptoss120b": "gpt-oss-120b", "qwen330ba3b": "qwen3-30b-a3b",
     "mixtral8x7b": "mixtral-8x7b", "mixtral8x22b": "mixtral-8x22b", "deepseekv3": "deepseek-v3",
+    "kimik2": "kimi-k2", "qwen3235ba22b": "qwen3-235b-a22b",
 }
 # Hardware text (prefix, case-insensitive) -> cluster preset and GPUs per node, most specific
 # first; Jean Zay and Grand Teton are built below.
@@ -220,7 +221,8 @@ def model_for(record: dict[str, Any]) -> tuple[Model, list[str]]:
             raise Skip(f"model {name!r}: no dimensions given and no matching preset")
         return model_preset(preset), [f"model dims from preset {preset}"]
     notes: list[str] = []
-    gpt_style = any(word in name.upper() for word in ("GPT", "BLOOM", "OPT"))
+    # MPT (llm-foundry) is GPT-shaped too: GELU MLP of 4h, tied embeddings.
+    gpt_style = any(word in name.upper() for word in ("GPT", "BLOOM", "OPT", "MPT"))
     ffn = spec.get("ffn_hidden_size")
     if ffn is None:
         if not gpt_style:
@@ -245,6 +247,10 @@ def model_for(record: dict[str, Any]) -> tuple[Model, list[str]]:
 
 def zero_stage(sharding: str | None) -> int:
     text = (sharding or "").lower()
+    # FSDP's SHARD_GRAD_OP and FSDP without reshard-after-forward keep parameters gathered
+    # through forward and backward: ZeRO-2 (the record says "ZeRO-2").
+    if "zero-2" in text:
+        return 2
     if "zero-3" in text or "fsdp" in text and "fsdp=0" not in text:
         return 3
     if "zero-1" in text or "distributed optimizer" in text or "overlap-param-gather" in text:
