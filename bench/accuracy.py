@@ -258,12 +258,12 @@ def zero_stage(sharding: str | None) -> int:
     return 0
 
 
+# Megatron-Bridge's performance-summary publications (the same recipes, successive releases).
+MEGATRON_BRIDGE_SOURCES = ("MBRIDGE_PERF", "MBRIDGE_2608")
 # What a framework's performance configs do about recomputation when a record does not say.
-FRAMEWORK_RECOMPUTE = {
-    "MBRIDGE_PERF": ("Megatron-Bridge's performance configs (recompute_granularity None for Qwen3; "
-                     "GPT-OSS on H100 recomputes only layernorm and moe_act, element-wise work "
-                     "not modelled)"),
-}
+FRAMEWORK_RECOMPUTE = dict.fromkeys(MEGATRON_BRIDGE_SOURCES, (
+    "Megatron-Bridge's performance configs (recompute_granularity None for Qwen3; GPT-OSS on H100 "
+    "recomputes only layernorm and moe_act, element-wise work not modelled)"))
 
 
 def recompute_mode(text: str | None) -> tuple[str, list[str]]:
@@ -282,8 +282,9 @@ def recompute_mode(text: str | None) -> tuple[str, list[str]]:
 # ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` for FP8 runs, and Megatron-Bridge's
 # scripts/performance set ``cfg.ddp.grad_reduce_in_fp32 = False`` in every model's common config
 # (set_qwen3_common_configs, set_gpt_oss_common_configs).
-BF16_GRADIENT_RECIPES = {"NEMO_2407": "NeMo performance recipe", "MBRIDGE_PERF":
-                         "Megatron-Bridge performance recipe"}
+BF16_GRADIENT_RECIPES = {"NEMO_2407": "NeMo performance recipe",
+                         **dict.fromkeys(MEGATRON_BRIDGE_SOURCES,
+                                         "Megatron-Bridge performance recipe")}
 
 
 def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
@@ -294,7 +295,7 @@ def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
     fp16_grads = ("fp16" in text or "16-bit" in text) and "fp32 grad" not in text
     notes: list[str] = []
     recipe = BF16_GRADIENT_RECIPES.get(record["source_id"])
-    if recipe and "grad" not in text and (fp8 or record["source_id"] == "MBRIDGE_PERF"):
+    if recipe and "grad" not in text and (fp8 or record["source_id"] in MEGATRON_BRIDGE_SOURCES):
         fp16_grads = True
         notes.append(f"default: gradient dtype not stated: bf16, the {recipe}'s "
                      "grad_reduce_in_fp32=False")
@@ -469,7 +470,7 @@ def current_megatron_flops_per_token(model: Model, seq: int) -> float:
 
 
 # Sources whose model FLOPs follow current Megatron's count rather than the 72 B s l h^2 form.
-CURRENT_MEGATRON_FLOPS_SOURCES = {"MBRIDGE_PERF"}
+CURRENT_MEGATRON_FLOPS_SOURCES = set(MEGATRON_BRIDGE_SOURCES)
 
 
 def _reported(record: dict[str, Any], model: Model, job: Job
@@ -616,6 +617,7 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
                               calib.moe_dispatch_s_per_routed_token)
         half_keys = values.get("attention_half_keys", calib.attention_half_keys)
         per_layer = values.get("moe_dispatch_s_per_layer", calib.moe_dispatch_s_per_layer)
+        sustained = values.get("gemm_sustained_fraction", calib.gemm_sustained_fraction)
         profile = calib.profile
         network = values.get("networks", {}).get(profile.cluster if profile else None)
         if network is not None:
@@ -623,7 +625,7 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
         return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
                        overlap_efficiency=overlap, profile=profile,
                        moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys,
-                       moe_dispatch_s_per_layer=per_layer)
+                       moe_dispatch_s_per_layer=per_layer, gemm_sustained_fraction=sustained)
     return apply
 
 
