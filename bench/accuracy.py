@@ -221,8 +221,8 @@ def model_for(record: dict[str, Any]) -> tuple[Model, list[str]]:
             raise Skip(f"model {name!r}: no dimensions given and no matching preset")
         return model_preset(preset), [f"model dims from preset {preset}"]
     notes: list[str] = []
-    # MPT (llm-foundry) is GPT-shaped too: GELU MLP of 4h, tied embeddings.
-    gpt_style = any(word in name.upper() for word in ("GPT", "BLOOM", "OPT", "MPT"))
+    # MPT (llm-foundry) and MT-NLG are GPT-shaped too: GELU MLP of 4h, tied embeddings.
+    gpt_style = any(word in name.upper() for word in ("GPT", "BLOOM", "OPT", "MPT", "MT-NLG"))
     ffn = spec.get("ffn_hidden_size")
     if ffn is None:
         if not gpt_style:
@@ -415,10 +415,11 @@ EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
 MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO"}
 # Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
 UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO", "OPT",
-                             "NEOX20B"}
+                             "NEOX20B", "MTNLG22"}
 # DeepSpeed's pipeline engine reduces gradients in a step after the last micro-batch
 # (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep).
-DEEPSPEED_PIPELINE_SOURCES = {"BLOOM_REPO", "NEOX20B"}
+# MT-NLG 530B ran DeepSpeed's pipeline engine with Megatron's tensor slicing (arXiv:2201.11990).
+DEEPSPEED_PIPELINE_SOURCES = {"BLOOM_REPO", "NEOX20B", "MTNLG22"}
 
 
 def options_for(record: dict[str, Any]) -> CostOptions:
