@@ -12,9 +12,9 @@ import yaml
 from placer.cli import main
 from placer.errors import PlacerError
 from placer.spec.cluster import NodeType
-from placer.spec.presets import cluster_preset, gpu_names, load_cluster
+from placer.spec.presets import cluster_preset, gpu_names, gpu_preset, load_cluster
 from placer.topology.importers import import_topology, parse_topology, read_topology_file
-from placer.topology.importers.gpu_links import GPU_LINKS
+from placer.topology.importers.gpu_links import GPU_LINKS, gpu_links
 from placer.topology.importers.infer import ImportedNode
 
 TOPO = Path(__file__).parent / "data" / "topo"
@@ -307,7 +307,14 @@ def test_unusable_xml_samples(file: str, message: str) -> None:
 
 
 def test_every_catalog_gpu_has_link_data() -> None:
-    assert sorted(GPU_LINKS) == sorted(gpu_names())
+    """Every NVIDIA part can be imported; AMD parts (RCCL) are refused with a way out."""
+    nvidia = [n for n in gpu_names() if gpu_preset(n).collectives_library == "nccl"]
+    assert sorted(GPU_LINKS) == sorted(nvidia)
+    amd = [n for n in gpu_names() if n not in nvidia]
+    assert amd
+    for name in amd:
+        with pytest.raises(PlacerError, match="AMD GPU.*placer init cluster"):
+            gpu_links(name)
 
 
 # --- the command: files written, loaded back, errors -------------------------------------------

@@ -112,7 +112,8 @@ def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
     from placer.cost.profile import bounding_node_type
 
     model = load_model(model_ref)
-    cluster, gpu_used = resolve_gpu(load_cluster(cluster_ref), knobs.gpu)
+    given = load_cluster(cluster_ref)
+    cluster, gpu_used = resolve_gpu(given, knobs.gpu)
     is_preset = preset_name(cluster_ref, cluster_names()) is not None
     cluster, nodes_used = resolve_nodes(cluster, nodes, is_preset=is_preset)
     nodes_used = [*gpu_used, *nodes_used]
@@ -120,10 +121,23 @@ def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
     job, job_used = resolve_job(model, seq_len=seq_len, global_batch=global_batch,
                                 constraints=tuple(constraints), precision=precision,
                                 knobs=knobs, gpu_capacity_bytes=capacity)
-    warnings = job_warnings(job)
+    warnings = [*_gpu_swap_warnings(given, cluster), *job_warnings(job)]
+    warnings += sorted({note for t in cluster.node_types
+                        if (note := t.gpu.precision_note(job.precision)) is not None})
     for line in warnings:
         click.echo(f"warning: {line}", err=True)
     return JobInputs(model, cluster, job, [*nodes_used, *job_used], warnings)
+
+
+def _gpu_swap_warnings(given: Cluster, swapped: Cluster) -> list[str]:
+    """--gpu keeps the cluster's fabric and NICs; an AMD GPU put into an NVIDIA node (or the
+    reverse) is then costed on links it does not have."""
+    before = {t.gpu.collectives_library for t in given.node_types}
+    return [f"--gpu {t.gpu.name}: {t.name}'s fabric and NICs are kept, but that node was built "
+            f"for {'/'.join(sorted(before)).upper()} GPUs and {t.gpu.name} uses "
+            f"{t.gpu.collectives_library.upper()}; describe the real node in a cluster file "
+            "(placer init cluster) for a faithful estimate"
+            for t in swapped.node_types if t.gpu.collectives_library not in before]
 
 
 def load_profile_option(path: Path | None) -> Any:

@@ -8,7 +8,7 @@ stdout, and ``--emit``/``--plot`` folders written all or nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from placer.report.plan import (
 )
 from placer.report.whatif import WhatIf
 from placer.report.whatif import variants as what_if_variants
+from placer.spec import Cluster
 
 DEFAULT_TOP_K = 5
 
@@ -120,12 +121,21 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
     from placer.io import refuse_nonempty_folders
 
     refuse_nonempty_folders(force, emit=emit_dir, plot=plot_dir)  # before, not after, the search
+    from placer.launch.shell import checked
+
+    checked(script, "script", "--script")
+    before_search = None
+    if emit_dir is not None:
+        from placer.launch import require_nccl_gpus
+
+        before_search = require_nccl_gpus
     args = RecommendArgs(model=model_ref, cluster=cluster_ref, nodes=nodes,
                          global_batch=global_batch, seq_len=seq_len, top_k=top_k,
                          constraints=tuple(constraints), profile=profile, what_if=what_if,
                          precision=precision, knobs=job_knobs)
     started = time.perf_counter()
-    head, variants = recommend_in_steps(args, progress_enabled=not quiet)
+    head, variants = recommend_in_steps(args, progress_enabled=not quiet,
+                                        before_search=before_search)
     best = head.plan.candidates[0]
     for line in step_time_warnings(best.step_time_s, head.plan.job, best.layout.num_gpus):
         click.echo(f"warning: {line}", err=True)
@@ -151,13 +161,17 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
         click.echo(f"wrote {path}", err=True)
 
 
-def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False
+def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False,
+                       before_search: Callable[[Cluster], None] | None = None
                        ) -> tuple[Recommendation, Iterator[WhatIf]]:
     """``recommend`` in two steps (``report.plan.plan_in_steps``): the answer, then the
-    what-ifs solved one by one as the iterator is read."""
+    what-ifs solved one by one as the iterator is read. ``before_search`` checks the loaded
+    cluster against the outputs asked for (``--emit``) before any search time is spent."""
     from placer.report.progress import delayed_spinner
 
     inputs, profile = _inputs(args)
+    if before_search is not None:
+        before_search(inputs.cluster)
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
         return plan_in_steps(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
                              profile=profile, defaults_used=inputs.defaults_used,

@@ -26,13 +26,24 @@ from placer.launch.scripts import (
     render_sbatch,
 )
 from placer.launch.shell import checked
-from placer.spec import Plan
+from placer.spec import Cluster, Plan
 
 __all__ = [
     "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "PlacedCandidate", "launch_bundle", "launch_files",
-    "placement_of", "write_files",
+    "placement_of", "require_nccl_gpus", "write_files",
     "placer_mesh_source", "rankmap_document", "write_launch_files",
 ]
+
+
+def require_nccl_gpus(cluster: Cluster) -> None:
+    """Refuse clusters of AMD GPUs: the launch files set CUDA and NCCL variables and number GPUs
+    as nvidia-smi does; placer does not know ROCm's equivalents well enough to write them."""
+    amd = sorted({t.gpu.name for t in cluster.node_types if t.gpu.collectives_library != "nccl"})
+    if amd:
+        raise InputError(f"cluster {cluster.name} gpu", amd[0],
+                         "placer writes launch files for NVIDIA GPUs (NCCL/CUDA) only; an AMD "
+                         "GPU (RCCL/ROCm) needs its own launcher: use the plan's layout and "
+                         "rankmap without --emit/launch")
 
 
 def placer_mesh_source() -> str:
@@ -55,6 +66,7 @@ def launch_bundle(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT
     if not 1 <= master_port <= 65535:
         raise InputError("--master-port", master_port, "use a TCP port 1..65535")
     checked(script, "script", "--script")
+    require_nccl_gpus(plan.cluster)
     versions = resolve_versions(framework_versions)
     placement = placement_of(plan, candidate_index)
     frameworks, refused = framework_files(placement, versions)

@@ -1,6 +1,8 @@
-"""GPU description: memory, peak dense FLOP/s, HBM bandwidth."""
+"""GPU description: memory, peak dense FLOP/s, HBM bandwidth, and the collectives library."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -23,6 +25,16 @@ class GPU(Spec):
         gt=0,
         description="memory a job can allocate when less than memory_bytes (e.g. DGX B200)",
     )
+    collectives_library: Literal["nccl", "rccl"] = Field(
+        default="nccl",
+        description="nccl for NVIDIA GPUs; rccl for AMD Instinct GPUs (ROCm), whose launch "
+        "environment placer does not write",
+    )
+    half_precision_dtype: Literal["bf16", "fp16"] = Field(
+        default="bf16",
+        description="the 16-bit tensor-core format bf16_flops measures: fp16 on parts without "
+        "BF16 (V100), where a bf16 job runs as FP16 mixed precision with loss scaling",
+    )
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak for the job's precision; FP8 falls back to BF16 where unsupported."""
@@ -33,3 +45,17 @@ class GPU(Spec):
     @property
     def capacity_bytes(self) -> int:
         return self.usable_memory_bytes or self.memory_bytes
+
+    def precision_note(self, precision: str) -> str | None:
+        """What runs instead of the job's precision on this part, or None when it runs as asked.
+
+        FP16 and BF16 are both 2 bytes per value, so memory and traffic are the same; the peak is
+        the FP16 one (docs/sources.md 5.4).
+        """
+        if precision == "fp8" and self.fp8_flops is None:
+            return (f"{self.name} has no FP8 tensor cores: the estimate uses its "
+                    f"{self.half_precision_dtype.upper()} peak")
+        if self.half_precision_dtype == "fp16":
+            return (f"{self.name} has no BF16: the estimate is for FP16 mixed precision (same "
+                    "2-byte values; train with fp16 and loss scaling)")
+        return None

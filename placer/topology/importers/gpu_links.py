@@ -27,9 +27,18 @@ NVLINK3 = (3, 12, 600e9 / 12 / 2)
 NVLINK4 = (4, 18, 900e9 / 18 / 2)
 NVLINK5 = (5, 18, 1.8e12 / 18 / 2)
 NO_NVLINK = (None, 0, 0.0)
+# docs/sources.md 5.4: A800 and H800 keep 8 of their NVLinks (NV8 in nvidia-smi topo -m; 400 GB/s
+# both directions, 200 GB/s each way = 8 x 25 GB/s); V100's NVLink2 is 6 links of 25 GB/s each way.
+NVLINK3_8 = (3, 8, 600e9 / 12 / 2)
+NVLINK4_8 = (4, 8, 900e9 / 18 / 2)
+NVLINK2 = (2, 6, 150e9 / 6)
 # docs/sources.md 5.1: PCIe Gen4 x16 32 GB/s per direction (A100), Gen5 x16 64 GB/s (H100).
 PCIE_GEN4_X16_BYTES_PER_S = 32e9
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
+# [derived] Gen3 is half of Gen4 (V100); Gen6 twice Gen5 (B300: 128 GB/s each way, docs/sources.md
+# 5.4, NVIDIA aiconfigurator b300_sxm.yaml).
+PCIE_GEN3_X16_BYTES_PER_S = 16e9
+PCIE_GEN6_X16_BYTES_PER_S = 128e9
 # x16 rate per direction by signalling rate in NCCL XML's link_speed ("16.0 GT/s PCIe"): Gen4 and
 # Gen5 from docs/sources.md 5.1; Gen3 (8 GT/s) half of Gen4 and Gen6 (64 GT/s) twice Gen5 [derived].
 PCIE_X16_BYTES_PER_S_BY_GTS = {8.0: 16e9, 16.0: 32e9, 32.0: 64e9, 64.0: 128e9}
@@ -44,6 +53,15 @@ GPU_LINKS: dict[str, GpuLinks] = {
     "GB200": GpuLinks(100, *NVLINK5, PCIE_GEN5_X16_BYTES_PER_S),
     # L40S datasheet (gpus.yaml [L40S-DS]): PCIe Gen4 x16, no NVLink; Ada is compute capability 8.9.
     "L40S": GpuLinks(89, *NO_NVLINK, PCIE_GEN4_X16_BYTES_PER_S),
+    # docs/sources.md 5.4 (sm from NVIDIA aiconfigurator's system files; AMD parts have none and
+    # are not read from NVIDIA topology files: gpu_links refuses them).
+    "H800": GpuLinks(90, *NVLINK4_8, PCIE_GEN5_X16_BYTES_PER_S),
+    "A800-80GB": GpuLinks(80, *NVLINK3_8, PCIE_GEN4_X16_BYTES_PER_S),
+    "H20": GpuLinks(90, *NVLINK4, PCIE_GEN5_X16_BYTES_PER_S),
+    "L4": GpuLinks(89, *NO_NVLINK, PCIE_GEN4_X16_BYTES_PER_S),
+    "B300": GpuLinks(103, *NVLINK5, PCIE_GEN6_X16_BYTES_PER_S),
+    "GB300": GpuLinks(103, *NVLINK5, PCIE_GEN5_X16_BYTES_PER_S),
+    "V100-SXM2-32GB": GpuLinks(70, *NVLINK2, PCIE_GEN3_X16_BYTES_PER_S),
 }
 
 # docs/sources.md 8.3: sm is 80 (A100), 90 (H100/H200), 100 (B200). Memory size is not in the file,
@@ -53,6 +71,12 @@ GRACE_GPU_BY_SM = {100: "GB200"}
 
 
 def gpu_links(name: str) -> GpuLinks:
+    from placer.spec.presets import gpu_preset
+
+    if name not in GPU_LINKS and gpu_preset(name).collectives_library == "rccl":
+        raise PlacerError(
+            f"--gpu: {name} is an AMD GPU; topology import reads NVIDIA's nvidia-smi topo -m and "
+            "NCCL XML, not ROCm's: describe the node in a cluster file (placer init cluster)")
     if name not in GPU_LINKS:
         raise PlacerError(
             f"--gpu: {name!r} has no link data for topology import; use one of "

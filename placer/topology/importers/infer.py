@@ -24,7 +24,13 @@ from placer.errors import InputError, PlacerError
 from placer.spec.cluster import NodeType
 from placer.spec.gpu import GPU
 from placer.spec.presets import gpu_names, gpu_preset, validated
-from placer.topology.importers.gpu_links import GPU_BY_SM, GRACE_GPU_BY_SM, GpuLinks, gpu_links
+from placer.topology.importers.gpu_links import (
+    GPU_BY_SM,
+    GPU_LINKS,
+    GRACE_GPU_BY_SM,
+    GpuLinks,
+    gpu_links,
+)
 from placer.topology.importers.host import SAME_NUMA, SAME_SWITCH, HostTopology
 
 # Used when the file gives no NIC rate (nvidia-smi topo -m never does): NDR InfiniBand, the rate
@@ -63,7 +69,7 @@ def choose_gpu(host: HostTopology, gpu_name: str | None) -> tuple[GPU, list[str]
         raise PlacerError(f"--gpu is required: placer cannot tell the GPU from sm {host.sm}; use "
                           f"one of {', '.join(gpu_names())}")
     name = table[host.sm]
-    same_sm = [g for g in gpu_names() if gpu_links(g).sm == host.sm and g != name]
+    same_sm = [g for g in GPU_LINKS if GPU_LINKS[g].sm == host.sm and g != name]
     others = f" ({', '.join(same_sm)} also has it)" if same_sm else ""
     return gpu_preset(name), [
         f"GPU {name} assumed from sm {host.sm}{others}; memory size cannot be read from topology "

@@ -1,0 +1,150 @@
+"""The GPU catalog: every part validates and loads, every figure names its source, the parts added
+for issue 20 run end to end on a preset cluster (--gpu), and AMD/V100 are handled as documented
+(docs/sources.md 5.4)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from placer.cli import main
+from placer.errors import PlacerError
+from placer.launch import require_nccl_gpus
+from placer.report.defaults import resolve_gpu
+from placer.spec.gpu import GPU
+from placer.spec.presets import cluster_preset, gpu_names, gpu_preset, load_gpu
+
+ADDED = ["H800", "A800-80GB", "H20", "L4", "B300", "GB300", "MI300X", "MI325X", "MI355X",
+         "V100-SXM2-32GB"]
+AMD = ["MI300X", "MI325X", "MI355X"]
+FIGURES = ("memory_bytes", "usable_memory_bytes", "bf16_flops", "fp8_flops",
+           "hbm_bandwidth_bytes_per_s")
+SOURCES = Path(__file__).resolve().parents[1] / "docs" / "sources.md"
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """The command's exit code and its stdout and stderr together."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    code = info.value.code if isinstance(info.value.code, int) else 0
+    return code, captured.out + captured.err
+
+
+def _catalog_lines() -> list[str]:
+    text = resources.files("placer.spec").joinpath("presets", "gpus.yaml").read_text("utf-8")
+    return text.splitlines()
+
+
+def _defined_tags(lines: list[str]) -> set[str]:
+    """Tags the header defines: '#   [TAG] ...'."""
+    return {m.group(1) for line in lines if (m := re.match(r"#\s+\[([A-Z0-9-]+)\]", line))}
+
+
+def test_every_figure_line_cites_a_defined_source() -> None:
+    lines = _catalog_lines()
+    tags = _defined_tags(lines)
+    assert {"AIC", "MLE", "ROCM", "TT", "ACH", "V100-DS", "NVSMI"} <= tags
+    checked = 0
+    for line in lines:
+        m = re.match(r"  (\w+): (\S+)\s*(#.*)?$", line)
+        if m is None or m.group(1) not in FIGURES or m.group(2) == "null":
+            continue
+        cited = set(re.findall(r"\[([A-Z0-9-]+)", m.group(3) or ""))
+        assert cited, f"no source tag on: {line}"
+        assert cited <= tags, f"undefined tag {cited - tags} on: {line}"
+        checked += 1
+    assert checked >= 4 * len(gpu_names()) - 10  # every part has its four or five figures
+
+
+def test_sources_note_covers_each_added_part_and_tag() -> None:
+    text = SOURCES.read_text(encoding="utf-8")
+    section = text.split("### 5.4", 1)[1].split("\n## ", 1)[0]
+    for name in ADDED:
+        assert f"| {name}" in section, name
+    for tag in ("AIC", "MLE", "ROCM", "TT", "ACH", "NVSMI", "V100-DS"):
+        assert f"| {tag} |" in section, tag
+    # the parts that could not be sourced are named as such, and are not in the catalog
+    for missing in ("H200 NVL", "RTX 4090"):
+        assert missing in section
+    assert not {"H200-NVL", "RTX-4090", "RTX4090"} & set(gpu_names())
+
+
+@pytest.mark.parametrize("name", ADDED)
+def test_added_part_validates_and_loads_in_any_case(name: str) -> None:
+    gpu = gpu_preset(name)
+    assert GPU.model_validate(gpu.model_dump()) == gpu
+    assert load_gpu(name.lower()) == gpu
+    # dense peaks: FP8 is twice BF16 on every part that has it (no sparse figure slipped in)
+    if gpu.fp8_flops is not None:
+        assert gpu.fp8_flops == pytest.approx(2 * gpu.bf16_flops, rel=0.01)
+
+
+def test_published_figures() -> None:
+    """A few figures against the sources' own numbers (docs/sources.md 5.4)."""
+    assert gpu_preset("H800").bf16_flops == gpu_preset("H100-SXM-80GB").bf16_flops
+    assert gpu_preset("H20").bf16_flops == 148e12
+    assert gpu_preset("L4").bf16_flops == 121e12  # NVIDIA's 242 is with sparsity
+    assert gpu_preset("MI355X").fp8_flops == 5000e12  # AMD's 10.1 PFLOPS is with sparsity
+    assert gpu_preset("MI300X").memory_bytes == 192 * 2**30
+    assert gpu_preset("B300").memory_bytes == 275040 * 2**20
+    assert gpu_preset("V100-SXM2-32GB").fp8_flops is None
+
+
+def test_amd_parts_use_rccl_and_v100_fp16() -> None:
+    assert {n for n in gpu_names() if gpu_preset(n).collectives_library == "rccl"} == set(AMD)
+    v100 = gpu_preset("V100-SXM2-32GB")
+    assert v100.half_precision_dtype == "fp16"
+    assert "FP16" in (v100.precision_note("bf16") or "")
+    assert gpu_preset("H100-SXM-80GB").precision_note("bf16") is None
+    assert "no FP8" in (gpu_preset("A800-80GB").precision_note("fp8") or "")
+
+
+def test_launch_refuses_amd_clusters() -> None:
+    for name in AMD:
+        cluster, _ = resolve_gpu(cluster_preset("dgx-h100"), name)
+        with pytest.raises(PlacerError, match="NVIDIA GPUs.*own launcher"):
+            require_nccl_gpus(cluster)
+    require_nccl_gpus(cluster_preset("dgx-h100"))
+
+
+@pytest.mark.parametrize(("gpu", "cluster"), [
+    ("H800", "dgx-h100"), ("A800-80GB", "dgx-a100"), ("H20", "hgx-h200"),
+    ("L4", "pcie-8x-l40s"), ("B300", "dgx-b200"), ("GB300", "gb200-nvl72"),
+    ("MI300X", "dgx-h100"), ("MI325X", "dgx-h100"), ("MI355X", "dgx-h100"),
+    ("V100-SXM2-32GB", "dgx-a100"),
+])
+def test_recommend_runs_on_a_preset_cluster_of_each_added_part(
+        gpu: str, cluster: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _run([
+        "recommend-layout", "--model", "gpt-1.7b", "--cluster", cluster, "--gpu", gpu,
+        "--nodes", "1", "--seq-len", "2048", "--global-batch", "64", "--no-what-if", "--top",
+        "1", "--quiet"], capsys)
+    assert code == 0, output
+    assert f"GPUs: {gpu})" in output
+    if gpu in AMD:
+        assert "uses RCCL" in output  # the kept NVLink fabric is called out
+    if gpu == "V100-SXM2-32GB":
+        assert "FP16 mixed precision" in output
+
+
+def test_emit_for_amd_fails_before_the_search(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _run([
+        "recommend-layout", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpu", "MI300X",
+        "--nodes", "1", "--no-what-if", "--emit", str(tmp_path / "out")], capsys)
+    assert code == 2
+    assert "own launcher" in output
+    assert "searching" not in output and "Top " not in output
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_script_fails_before_the_search(capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _run([
+        "recommend-layout", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+        "--no-what-if", "--script=-x"], capsys)
+    assert code == 2
+    assert "--script" in output and "Top " not in output
