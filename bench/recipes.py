@@ -4,11 +4,14 @@ For every recipe in placer/spec/presets/recipes/*.yaml (NVIDIA NeMo and Megatron
 performance tables, torchtitan's benchmarks, the Llama 3 paper; each row cites its source):
 
 - expressible: the published layout passes placer's layout rules for that job;
-- fits the GPU: the predicted peak (fragmentation, CUDA context and NCCL buffers included) is
-  within the whole GPU, as bench/accuracy.py judges a run that ran (``as_ran``): a published recipe
-  ran, so this is a statement about the memory model;
-- fits with headroom: also within the GPU less the default planning headroom, the margin placer
-  keeps for its own picks (shown, not checked: a recipe owes placer no headroom);
+- fits the GPU: the predicted peak as the recipe ran (its launcher's allocator setting: the
+  fragmentation allowance unless it set expandable segments; CUDA context and NCCL buffers
+  included) is within the whole GPU, as bench/accuracy.py judges a run that ran (``as_ran``): a
+  published recipe ran, so this is a statement about the memory model;
+- fits with headroom: the layout as placer would plan and launch it (the recipe's framework
+  flags, the allocator as placer's env.sh sets it: expandable segments, no fragmentation
+  allowance) within the GPU less the default planning headroom, the margin placer keeps for its
+  own picks (shown, not checked: a recipe owes placer no headroom);
 - error: predicted vs measured throughput per GPU (tokens/s where the source gives it, else
   model TFLOP/s or MFU);
 - rank: the recipe's place among placer's top ``--top`` candidates by predicted step time;
@@ -36,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import _grand_teton, as_ran  # noqa: E402  (bench helpers: Grand Teton nodes; fit)
 
 from placer.cost import estimate  # noqa: E402
-from placer.cost.memory import capacity_bytes  # noqa: E402
+from placer.cost.memory import capacity_bytes, memory_estimate  # noqa: E402
 from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
 from placer.io import write_text  # noqa: E402
@@ -127,7 +130,7 @@ def launch_refusals(recipe: Recipe, best: Candidate, emit: Path | None) -> list[
     """Why the stack's own launch files for #1 cannot be written (empty: they can), and
     ``EMIT/<recipe id>/plan.json`` for ``placer launch`` and the framework acceptance harness
     (tests/helpers_frameworks.py runs the frameworks' validators on plan files)."""
-    plan = build_plan(model_preset(recipe.model), cluster_for(recipe), _job(recipe), [best])
+    plan = build_plan(model_preset(recipe.model), cluster_for(recipe), placer_job(recipe), [best])
     if emit is not None:
         (emit / recipe.id).mkdir(parents=True, exist_ok=True)
         write_text(emit / recipe.id / "plan.json", plan_json(plan), "--emit")
@@ -140,9 +143,18 @@ def launch_refusals(recipe: Recipe, best: Candidate, emit: Path | None) -> list[
 
 
 def _job(recipe: Recipe) -> Job:
+    """The job as the recipe's source ran it (its framework flags and its launcher's allocator)."""
     stack = recipe.stack if recipe.stack in {n.split("@")[0] for n in stack_names()} else None
     return Job(name="recipe", seq_len=recipe.seq_len, global_batch_size=recipe.global_batch_size,
                precision=recipe.precision, stack=stack, runtime=recipe.runtime)
+
+
+def placer_job(recipe: Recipe) -> Job:
+    """The job as placer plans and launches it: the recipe's framework flags, the allocator as
+    placer's env.sh sets it (``runtime.expandable_segments`` unset: spec/runtime.py)."""
+    job = _job(recipe)
+    runtime = job.runtime.model_copy(update={"expandable_segments": None})
+    return job.model_copy(update={"runtime": runtime})
 
 
 def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
@@ -156,11 +168,13 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     if problem is not None:
         return Outcome(recipe, expressible, False, False, None, "", "-", None, None, 0.0, ())
     est = estimate(model, cluster, as_ran(job), layout, order=DEFAULT_ORDER)
-    fits_headroom = est.memory.total_bytes <= capacity_bytes(cluster, job)
+    planned = placer_job(recipe)
+    fits_headroom = (memory_estimate(model, cluster, planned, layout).total_bytes
+                     <= capacity_bytes(cluster, planned))
     memory = (est.memory.total_bytes, est.memory.capacity_bytes)
     error, figure = measured_error(recipe, est)
     try:
-        found = recommend(model, cluster, job, top_k=top).candidates
+        found = recommend(model, cluster, planned, top_k=top).candidates
     except PlacerError as exc:
         return Outcome(recipe, expressible, est.fits, fits_headroom, error, figure,
                        f"none ({exc})", None, None, time.perf_counter() - started, (),

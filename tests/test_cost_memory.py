@@ -215,7 +215,8 @@ def test_te_cross_entropy_keeps_the_bf16_logits_and_overwrites_them() -> None:
 def test_a_job_whose_launcher_sets_expandable_segments_keeps_no_fragmentation() -> None:
     model, cluster = model_preset("llama3-8b"), cluster_preset("dgx-h100")
     layout = Layout(dp=8, zero_stage=1)
-    plain = memory_estimate(model, cluster, Job(seq_len=8192, global_batch_size=64), layout)
+    plain = memory_estimate(model, cluster, Job(seq_len=8192, global_batch_size=64,
+                                                runtime={"expandable_segments": False}), layout)
     job = Job(seq_len=8192, global_batch_size=64, runtime={"expandable_segments": True})
     stitched = memory_estimate(model, cluster, job, layout)
     assert plain.fragmentation_bytes > 0 and stitched.fragmentation_bytes == 0

@@ -57,6 +57,8 @@ def test_dgx_h100_two_nodes_gets_rail_settings(tmp_path: Path) -> None:
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        # The allocator the plan's memory estimate assumed (placer/spec/runtime.py).
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
 
 

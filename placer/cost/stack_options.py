@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.spec.job import Job
+from placer.spec.runtime import LAUNCH_EXPANDABLE_SEGMENTS
 from placer.spec.stack import Stack, load_stack
 
 
@@ -39,8 +40,9 @@ def options_for(job: Job, stack: Stack | None,
         updates["moe_load_imbalance"] = runtime.moe_load_imbalance
     if runtime.moe_capacity_factor is not None:
         updates["moe_capacity_factor"] = runtime.moe_capacity_factor
-    if runtime.expandable_segments is not None:
-        updates["expandable_segments"] = runtime.expandable_segments
+    # None: the allocator as placer's launch env.sh configures it (spec/runtime.py).
+    updates["expandable_segments"] = (LAUNCH_EXPANDABLE_SEGMENTS if runtime.expandable_segments
+                                      is None else runtime.expandable_segments)
     if runtime.cross_entropy_impl is not None:
         updates["cross_entropy_impl"] = runtime.cross_entropy_impl
     return replace(base, **updates) if updates else base  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import checked, comment_block, quote, single_quoted
 from placer.spec import GPU, Layout, NodeType
+from placer.spec.runtime import LAUNCH_ALLOC_CONF
 
 # NCCL's algorithm names for the algorithms placer's cost model reports (docs/sources.md 3,
 # NCCL_ALGO); "hierarchical" has no single NCCL name and is left to NCCL.
@@ -92,6 +93,19 @@ def _network(placement: PlacedCandidate, node_type: NodeType) -> list[EnvLine]:
     return lines
 
 
+def _allocator(placement: PlacedCandidate) -> EnvLine:
+    """Expandable segments, which the plan's memory estimate assumed unless the job said its
+    launcher runs without them (Runtime.expandable_segments; docs/recommendations.md)."""
+    if placement.plan.job.runtime.expandable_segments is False:
+        return EnvNote("PYTORCH_CUDA_ALLOC_CONF is not set: the job says its allocator runs "
+                       "without expandable segments (runtime.expandable_segments: false), and "
+                       "the plan's memory estimate kept the fragmentation allowance for it")
+    return EnvVar("PYTORCH_CUDA_ALLOC_CONF", LAUNCH_ALLOC_CONF,
+                  "the caching allocator grows one segment per stream by mapping pages instead "
+                  "of caching fixed-size blocks, so freed activations leave no unusable gaps: "
+                  "the plan's memory estimate keeps no fragmentation allowance because of this")
+
+
 def common_env(placement: PlacedCandidate) -> list[EnvLine]:
     """Variables that do not depend on the node type."""
     lines: list[EnvLine] = [
@@ -102,6 +116,7 @@ def common_env(placement: PlacedCandidate) -> list[EnvLine]:
                "a failed or timed-out collective aborts the communicator and ends the process, "
                "so a broken rank fails the job instead of hanging it (torchrun's default too)"),
     ]
+    lines.append(_allocator(placement))
     ifname = placement.plan.cluster.socket_ifname
     if ifname is not None:
         lines.append(EnvVar("NCCL_SOCKET_IFNAME", checked(ifname, "ifname", "socket_ifname"),

@@ -33,6 +33,12 @@ Dispatcher = Literal["alltoall", "allgather", "flex"]
 routed copy to its expert's rank; ``allgather`` gathers every token of the EP group on every rank
 and keeps its own experts' share; ``flex`` (DeepEP/HybridEP) sends a token once per destination
 rank, not once per routed expert, and deduplicates on arrival."""
+LAUNCH_EXPANDABLE_SEGMENTS = True
+"""placer's launch env.sh exports PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+(placer/launch/env.py), so a job that does not say how its launcher configures the allocator is
+planned as placer launches it: without the caching allocator's fragmentation allowance."""
+LAUNCH_ALLOC_CONF = "expandable_segments:True"
+"""The PYTORCH_CUDA_ALLOC_CONF value env.sh exports when expandable segments are on."""
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 """Transformer Engine FP8 recipes (Megatron ``--fp8-recipe``): delayed and tensorwise (current)
 scaling keep one scale per tensor; blockwise 128x128/1x128 tiles and MXFP8 32-element blocks
@@ -67,7 +73,9 @@ class Runtime(Spec):
         "place on the bf16 logits); None: native")
     expandable_segments: bool | None = Field(
         default=None, description="the launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
-        "True (torchtitan's run_llama_train.sh does): no fragmentation allowance; None: off")
+        "True (torchtitan's run_llama_train.sh does): no fragmentation allowance; false: the "
+        "caching allocator's fragmentation is allowed for; None: as placer's launch env.sh "
+        "sets it (LAUNCH_EXPANDABLE_SEGMENTS)")
     fp8_param_gather: bool = Field(
         default=False, description="keep and all-gather FP8 weights (Megatron --fp8-param-gather, "
         "torchtitan enable_fsdp_float8_all_gather)")
