@@ -416,6 +416,10 @@ MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLO
 # Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
 UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO", "OPT",
                              "NEOX20B", "MTNLG22"}
+# Sources whose attention is the flash-attn package's FlashAttention-2 kernel: llm-foundry's MPT
+# with attn_impl flash (mosaicml/llm-foundry@003ac6a setup.py: the 'gpu' extra pins
+# flash-attn==2.7.4.post1).
+FA2_ATTENTION_SOURCES = {"LLMFOUNDRY_MPT"}
 # DeepSpeed's pipeline engine reduces gradients in a step after the last micro-batch
 # (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep).
 # MT-NLG 530B ran DeepSpeed's pipeline engine with Megatron's tensor slicing (arXiv:2201.11990).
@@ -437,12 +441,16 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     eager = source in TORCHTITAN_SOURCES
     # torchtitan's attention is F.scaled_dot_product_attention, whose flash backend is
     # FlashAttention-2 (an assumption where the page does not name the backend).
+    fa2 = eager or source in FA2_ATTENTION_SOURCES
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
-                       fused_kernels=not eager, attention_kernel="fa2" if eager else "cudnn",
+                       fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        expandable_segments=source in EXPANDABLE_SEGMENTS_SOURCES,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
+                       # DeepEP's kernels (Megatron's flex dispatcher; NeMo AutoModel's
+                       # "TE + DeepEP" rows) instead of NCCL's all-to-all.
+                       moe_dispatcher="flex" if "deepep" in notes.lower() else "alltoall",
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)
 
 

@@ -274,3 +274,36 @@ def test_ring_attention_chunks_lower_the_attention_kernel_throughput() -> None:
     expected = (keys[0] / (keys[0] + half)) / (keys[1] / (keys[1] + half))
     # The GEMM curve's fixed per-kernel time is a small correction at these sizes.
     assert per_flop["ring"] / per_flop["one"] == pytest.approx(expected, rel=0.01)
+
+
+def test_wave_quantization_by_hand_on_a100s_108_sms() -> None:
+    from placer.cost.compute import wave_efficiency
+
+    # 109 output tiles of 128x128 need two waves on 108 SMs; the second runs one tile as long
+    # as a full wave (NVIDIA, "Matrix Multiplication Background"): 109 / 216 useful. The
+    # 256x128 tiling gives 55 tiles in one wave of 108 slots: 109 x 128 x 128 / (108 x 256 x 128)
+    # is the same 109/216.
+    assert wave_efficiency(109 * 128, 128, 256, 108) == pytest.approx(109 / 216)
+    # 1024 x 1024 output: 64 tiles of 128x128 fill 64/108; 32 tiles of 256x128 split K=4096
+    # three ways (108 // 32 = 3, 4096 // 512 = 8) fill 96 of 108 slots.
+    assert wave_efficiency(1024, 1024, 4096, 108) == pytest.approx(96 / 108)
+    # Whole waves of whole tiles waste nothing.
+    assert wave_efficiency(256 * 132, 128, 8192, 132) == pytest.approx(1.0)
+
+
+def test_gemm_times_use_the_shape_the_mamf_ceiling_and_the_hbm_roofline() -> None:
+    from placer.cost.compute import gemm_times
+    from placer.cost.profile import MAMF_EFFICIENCY
+
+    calib = replace(calibration_for(cluster_preset("dgx-h100")), gemm_sustained_fraction=1.0)
+    fixed = calib.half_efficiency_flops("bf16") / (calib.peak_bf16_flops * MAMF_EFFICIENCY[
+        "H100"][0])
+    # A large aligned GEMM (whole waves) runs at the MAMF rate: 794.5 TFLOP/s [ml-engineering].
+    m, n, k = 256.0 * 132, 4096.0, 8192.0
+    (t,) = gemm_times(((2 * m * n * k, 3),), ((m, n, k),), calib, "bf16")
+    assert t == pytest.approx(3 * (2 * m * n * k / 794.5e12 + fixed), rel=1e-3)
+    # A skinny GEMM is memory bound: 16 rows against an 8192 x 8192 weight reads 128 MiB.
+    m, n, k = 16.0, 8192.0, 8192.0
+    (t,) = gemm_times(((2 * m * n * k, 1),), ((m, n, k),), calib, "bf16")
+    moved = 2 * (m * k + k * n) + 2 * m * n
+    assert t == pytest.approx(moved / (3.35e12 * HBM_EFFICIENCY) + fixed, rel=1e-3)

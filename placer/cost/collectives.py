@@ -198,6 +198,34 @@ def all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration) -> Collec
     return _result(time_s, "pairwise", moved)
 
 
+# DeepEP's normal (training) kernels, measured on H800 with ~160 GB/s NVLink and one ~50 GB/s
+# CX7 400 Gb/s NIC per GPU, DeepSeek-V3 shapes (docs/sources.md 12, deepseek-ai/DeepEP@0297fc8
+# docs/legacy.md "Normal kernels with NVLink and RDMA forwarding"): intranode EP8 dispatch
+# 153 GB/s and combine 158 GB/s of NVLink; internode EP16/32/64 43-58 GB/s of RDMA (bottleneck
+# bandwidth, NVLink forwarding included). As fractions of the line rates: the mean of each.
+DEEPEP_NVLINK_EFFICIENCY = (153 + 158) / 2 / 160
+DEEPEP_RDMA_EFFICIENCY = min(1.0, (43 + 43 + 58 + 57 + 51 + 50) / 6 / 50)
+
+
+def deepep_all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration) -> CollectiveTime:
+    """DeepEP's dispatch or combine (the flex dispatcher): ``all_to_all``'s split of a rank's
+    ``rank_bytes`` between node-local peers over NVLink and remote ones over its NIC, at DeepEP's
+    measured fractions of the line rates (its kernels forward RDMA traffic through NVLink, so
+    the NIC's share is the bottleneck, not NCCL's pairwise exchange)."""
+    n = link.size
+    if n <= 1 or rank_bytes <= 0:
+        return NO_TIME
+    moved = (n - 1) / n * rank_bytes
+    a_intra, a_inter = _latencies(link, calib, "all_to_all")
+    nvlink = link.intra_bytes_per_s * DEEPEP_NVLINK_EFFICIENCY
+    if not crosses_network(link):
+        return _result(a_intra + moved / nvlink, "deepep", moved)
+    m = link.max_gpus_per_node
+    local = (m - 1) / n * rank_bytes / nvlink if m > 1 else 0.0
+    remote = (n - m) / n * rank_bytes / (link.inter_bytes_per_s * DEEPEP_RDMA_EFFICIENCY)
+    return _result(a_inter + max(local, remote), "deepep", moved)
+
+
 def send_recv(link: GroupLink, nbytes: float, calib: Calibration) -> CollectiveTime:
     """One point-to-point transfer between neighbours of the group (pipeline, CP ring)."""
     if link.size <= 1 or nbytes <= 0:

@@ -9,9 +9,13 @@ FLOPs count a matrix product of (m x k)(k x n) as 2mkn. Two conventions are kept
   backward costs 2.5x its forward (FlashAttention-2, Dao 2023, section 3.1: five matmuls against
   two), and recomputation repeats forward work.
 
-Time of a GEMM of F FLOPs is ``(F + F_half) / (peak x max_efficiency)``: efficiency
-``F / (F + F_half)`` falls as tensor parallelism splits matrices and small micro-batches thin
-them; ``F_half / (peak x max_efficiency)`` is a fixed time per GEMM kernel, the same at FP8.
+A GEMM is priced from its shape (M rows, N columns, K depth; ``gemm_seconds``): its FLOPs at the
+GPU's maximum achievable matmul rate (a microbenchmark per GPU, profile.MAMF_EFFICIENCY) times
+the fraction of the last wave of output tiles that does useful work on the GPU's SMs (tile and
+wave quantization, NVIDIA's "Matrix Multiplication Background" guide), bounded below by the
+bytes it reads and writes at HBM bandwidth (a roofline), plus a fixed time per GEMM kernel
+(``F_half / (peak x max_efficiency)``, the same at FP8). The small per-rank shapes TP, CP and EP
+create fall off the curve through all three.
 Element-wise kernels are memory bound: their traffic is proportional to the activations a layer
 stores, moved at HBM bandwidth. Mixture-of-experts layers add the token dispatcher's own memory
 passes (permute, sort by expert, unpermute, router softmax/top-k), charged at HBM bandwidth, plus
@@ -23,7 +27,9 @@ Constants: placer/cost/profile.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from placer.cost.memory import LOGITS_BYTES_PER_ENTRY, activation_bytes_per_token
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
@@ -38,7 +44,7 @@ from placer.cost.params import (
     shared_expert_ffn,
     shared_expert_params,
 )
-from placer.cost.profile import HBM_EFFICIENCY, Calibration
+from placer.cost.profile import HBM_EFFICIENCY, HOPPER_CLASS_FAMILIES, Calibration, constant_family
 from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
@@ -48,7 +54,9 @@ ACTIVATION_BYTES = 2
 # FlashAttention-2's throughput on Hopper relative to the Hopper-specific kernels (cuDNN's fused
 # attention, FlashAttention-3) that the fitted attention efficiency describes: FA2 reaches 35 % of
 # H100's BF16 peak where FA3 reaches 75 % (Shah et al. 2024, FlashAttention-3,
-# arXiv:2407.08608, section 1). Applied on every GPU (no measurement for others).
+# arXiv:2407.08608, section 1). Applied on Hopper and later (profile.HOPPER_CLASS_FAMILIES):
+# before Hopper there is no faster kernel (FA3 uses Hopper's TMA and warpgroup MMA), so there the
+# fitted attention efficiency is FlashAttention-2's own.
 FA2_RELATIVE_THROUGHPUT = 0.35 / 0.75
 # FlashAttention-2 backward: 5 matmuls against 2 in the forward pass (Dao 2023, arXiv:2307.08691).
 ATTENTION_BACKWARD_RATIO = 2.5
@@ -82,6 +90,10 @@ class LayerWork:
     routed_tokens: float = 0.0  # token copies this GPU's experts take (MoE layers)
     module_bytes: tuple[tuple[str, float], ...] = ()  # what each recompute module releases
     shared_gemms: int = 0  # trailing entries of ``gemms`` that are the shared experts'
+    # (M, N, K) of one GEMM of each ``gemms`` / ``attention_gemms`` entry (a batched GEMM's
+    # batch is its FLOPs over 2MNK); empty: priced by FLOPs alone, as one full-wave GEMM.
+    gemm_shapes: tuple[tuple[float, float, float], ...] = ()
+    attention_shapes: tuple[tuple[float, float, float], ...] = ()
     attention_keys: float = 0.0  # keys per query in one fused-attention kernel call
     attention_kernel: str = "cudnn"  # which fused-attention kernel runs (CostOptions)
 
@@ -108,8 +120,11 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         (2 * tokens * h * d * (a / t + 2 * kv_local), 1),  # QKV projection
         (2 * tokens * a * d * h / t, 1),  # output projection
     ]
+    shapes: list[tuple[float, float, float]] = [
+        (tokens, d * (a / t + 2 * kv_local), h), (tokens, h, a * d / t)]
     score_bytes, keys = 0.0, 0.0
     attention_gemms: tuple[tuple[float, int], ...] = ()
+    attention_shapes: tuple[tuple[float, float, float], ...] = ()
     if options.flash_attention:
         # Causal: each query attends on average to half of the full sequence (CP included), or
         # to at most the window in sliding-window layers (averaged over the model's layers).
@@ -121,12 +136,15 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         # Unfused: Q K^T and scores x V are batched GEMMs over the whole s x s square.
         attention = 0.0
         attention_gemms = ((2 * tokens * a * d * job.seq_len / t, 2),)
+        # Per head: Q K^T is (s x d)(d x s), scores x V is (s x s)(s x d); one shape for both.
+        attention_shapes = ((float(job.seq_len), float(job.seq_len), float(d)),)
         score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
     dispatch, routed = 0.0, 0.0
     if moe_layer and model.moe is not None:
         moe = model.moe
         rep = layout.sp_replication
         gemms.append((2 * tokens * h * moe.num_experts * rep, 1))  # router
+        shapes.append((tokens * rep, moe.num_experts, h))
         local_experts = moe.num_experts / layout.ep
         routed = tokens * moe.top_k * layout.etp / t * imbalance
         # Each local expert is its own GEMM of tokens_per_expert rows (routed tokens of the whole
@@ -136,15 +154,18 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         count = max(1, round(local_experts))
         gemms.append((2 * per_expert * h * fe * gate, count))
         gemms.append((2 * per_expert * fe * h, count))
+        shapes += [(per_expert, fe * gate, h), (per_expert, h, fe)]
         dispatch = moe_dispatch_bytes(model, layout, tokens, routed)
         if moe.num_shared_experts:
             fs = shared_expert_ffn(model) * moe.num_shared_experts
             gemms.append((2 * tokens * h * fs * gate / t, 1))
             gemms.append((2 * tokens * fs * h / t, 1))
+            shapes += [(tokens, fs * gate / t, h), (tokens, h, fs / t)]
     else:
         ffn = model.ffn_hidden_size
         gemms.append((2 * tokens * h * ffn * gate / t, 1))
         gemms.append((2 * tokens * ffn * h / t, 1))
+        shapes += [(tokens, ffn * gate / t, h), (tokens, h, ffn / t)]
     stored = activation_bytes_per_token(model, layout, moe_layer, moe_load_imbalance=imbalance)
     shared = 2 if moe_layer and model.moe is not None and model.moe.num_shared_experts else 0
     return LayerWork(gemms=tuple(gemms), attention_flops=attention,
@@ -153,7 +174,8 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      routed_tokens=routed,
                      module_bytes=tuple((n, b * tokens) for n, b in stored.modules),
                      shared_gemms=shared, attention_keys=keys,
-                     attention_kernel=options.attention_kernel)
+                     attention_kernel=options.attention_kernel, gemm_shapes=tuple(shapes),
+                     attention_shapes=attention_shapes)
 
 
 def attended_keys_per_query(model: Model, seq_len: int, causal: bool = True) -> float:
@@ -196,7 +218,8 @@ def logits_work(model: Model, job: Job, layout: Layout) -> LayerWork:
     tokens = tokens_per_gpu(job, layout)
     v_local = model.vocab_size / layout.tp
     return LayerWork(gemms=((2 * tokens * model.hidden_size * v_local, 1),), attention_flops=0.0,
-                     elementwise_bytes=tokens * v_local * LOGITS_BYTES_PER_ENTRY)
+                     elementwise_bytes=tokens * v_local * LOGITS_BYTES_PER_ENTRY,
+                     gemm_shapes=((tokens, v_local, float(model.hidden_size)),))
 
 
 @dataclass(frozen=True)
@@ -228,20 +251,69 @@ ZERO_TIMES = PassTimes(0.0, 0.0, 0.0)
 
 
 def gemm_time(flops: float, peak: float, efficiency: float, half_flops: float) -> float:
-    """One GEMM: efficiency ``max x F / (F + F_half)`` of the peak."""
+    """One GEMM by FLOPs alone: efficiency ``max x F / (F + F_half)`` of the peak."""
     return (flops + half_flops) / (peak * efficiency)
+
+
+# Output tiles of the cuBLAS / CUTLASS kernels that run Tensor Cores at full rate: NVIDIA's Deep
+# Learning Performance guide, "Matrix Multiplication Background" (tile quantization: 256x128,
+# 128x256 and 128x128 tiles; a GEMM's output is covered by whole tiles, one thread block each).
+GEMM_TILES = ((256, 128), (128, 256), (128, 128))
+# A GEMM with fewer output tiles than SMs splits its reduction (split-K, as cuBLAS's heuristics
+# do for small outputs) into slices of at least this depth, so idle SMs get work.
+SPLIT_K_MIN_DEPTH = 512
+# GEMM operands and output bytes: BF16 in and out; FP8 recipes quantise the inputs to 1 byte.
+GEMM_OUTPUT_BYTES = 2
+
+
+@lru_cache(maxsize=65536)
+def wave_efficiency(m: float, n: float, k: float, sms: int) -> float:
+    """Useful fraction of the thread-block slots a GEMM occupies: ``m x n`` of output over
+    whole tiles (tile quantization) scheduled ``sms`` at a time (wave quantization: the last
+    wave runs as long as a full one), the best of the kernels' tile shapes (GEMM_TILES)."""
+    best = 0.0
+    for tm, tn in GEMM_TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        split = 1
+        if tiles < sms:
+            split = max(1, min(sms // tiles, int(k // SPLIT_K_MIN_DEPTH)))
+        waves = math.ceil(tiles * split / sms)
+        best = max(best, m * n * split / (waves * sms * tm * tn))
+    return min(1.0, best)
+
+
+def gemm_times(gemms: tuple[tuple[float, int], ...],
+               shapes: tuple[tuple[float, float, float], ...], calib: Calibration,
+               precision: str) -> list[float]:
+    """Seconds of each ``(FLOPs, count)`` entry, all ``count`` GEMMs of it (``gemm_seconds``)."""
+    peak, eff = calib.peak_flops(precision), calib.gemm_efficiency(precision)
+    fixed_s = calib.half_efficiency_flops(precision) / (peak * eff)
+    if len(shapes) != len(gemms):
+        return [n * (f / (peak * eff) + fixed_s) for f, n in gemms]
+    operand = 1 if precision == "fp8" and calib.peak_fp8_flops is not None else 2
+    bandwidth = calib.hbm_bytes_per_s * HBM_EFFICIENCY
+    times = []
+    for (flops, count), (m, n, k) in zip(gemms, shapes, strict=True):
+        if flops <= 0 or min(m, n, k) <= 0:
+            times.append(0.0)
+            continue
+        compute = flops / (peak * eff * wave_efficiency(m, n, k, calib.sm_count))
+        batch = flops / (2 * m * n * k)
+        moved = batch * (operand * (m * k + k * n) + GEMM_OUTPUT_BYTES * m * n)
+        times.append(count * (max(compute, moved / bandwidth) + fixed_s))
+    return times
 
 
 def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
     """Forward time of a layer's core attention: fused, or unfused batched GEMMs (BF16)."""
     gemm = calib.gemm
     half = gemm.half_efficiency_flops or 0.0
-    bf16_peak, bf16_eff = calib.peak_bf16_flops, calib.gemm_efficiency("bf16")
-    unfused = sum(n * gemm_time(f, bf16_peak, bf16_eff, half) for f, n in work.attention_gemms)
+    bf16_peak = calib.peak_bf16_flops
+    unfused = sum(gemm_times(work.attention_gemms, work.attention_shapes, calib, "bf16"))
     fused = 0.0
     if work.attention_flops:
-        efficiency = gemm.attention_efficiency or gemm.max_efficiency
-        if work.attention_kernel == "fa2":
+        efficiency = gemm.attention_efficiency or calib.gemm_efficiency("bf16")
+        if work.attention_kernel == "fa2" and constant_family(calib.gpu) in HOPPER_CLASS_FAMILIES:
             efficiency *= FA2_RELATIVE_THROUGHPUT
         fused = gemm_time(work.attention_flops, bf16_peak,
                           efficiency * attention_key_efficiency(work.attention_keys, calib), half)
@@ -274,9 +346,8 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     Fused attention runs in BF16 at its own efficiency; unfused attention's batched GEMMs run
     in BF16 at the GEMM efficiency (FP8 recipes only quantise the linear layers).
     """
-    half = calib.half_efficiency_flops(precision)
-    peak, eff = calib.peak_flops(precision), calib.gemm_efficiency(precision)
-    linear = sum(n * gemm_time(f, peak, eff, half) for f, n in work.gemms)
+    times = gemm_times(work.gemms, work.gemm_shapes, calib, precision)
+    linear = sum(times)
     attention = attention_forward_s(work, calib)
     attn_gemm = attention if work.attention_gemms else 0.0
     fused = attention - attn_gemm
@@ -301,7 +372,6 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
         chosen = modules or ("core_attn",)
         if "core_attn" in chosen:
             redo, redo_gemm = attn_gemm + fused + scores, attn_gemm
-        times = [n * gemm_time(f, peak, eff, half) for f, n in work.gemms]
         mlp_gemms = sum(times[2:])
         shared_gemms = sum(times[len(times) - work.shared_gemms:]) if work.shared_gemms else 0.0
         for name, nbytes in work.module_bytes:

@@ -55,6 +55,34 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     "B200": GemmProfile(max_efficiency=0.764, fp8_max_efficiency=0.579,
                         half_efficiency_flops=6.68e+10, attention_efficiency=0.367),
 }
+# Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
+# of 100 timed iterations over a brute-force search of BF16 / FP8 (e4m3) matmul shapes,
+# stas00/ml-engineering@744d01e compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+# comparison table" (docs/sources.md 5.5). A microbenchmark, not a fit to training runs: the
+# cost model's large-GEMM ceiling (``max_efficiency`` / ``fp8_max_efficiency``). H200's BF16 is
+# H100's (the table's note: "H200 is the same"); A100 has no FP8 (None: BF16's is used).
+MAMF_EFFICIENCY: dict[str, tuple[float, float | None]] = {
+    "A100": (271.2 / 312, None),
+    "H100": (794.5 / 989, 1402.6 / 1979),
+    "H200": (794.5 / 989, 1453.4 / 1979),
+    "B200": (1745.0 / 2250, 3432.5 / 4500),
+    "GB200": (1822.0 / 2500, 3615.6 / 5000),
+}
+# Streaming multiprocessors, the slots of GEMM wave quantization (compute.wave_efficiency):
+# 108 on A100, 132 on H100/H200, 148 on a B200 SKU (stas00/ml-engineering@744d01e
+# training/performance/README.md, "Tile and wave quantization" and "Do more SMs give more
+# TFLOPS?"); GB200's GPUs are B200 dies (148 taken); L40S 142 (AD102 as shipped in L40S,
+# NVIDIA L40S datasheet) [docs/sources.md 5.5]. Other GPUs take H100's count.
+SM_COUNT = {"A100": 108, "H100": 132, "H200": 132, "B200": 148, "GB200": 148, "L40S": 142}
+DEFAULT_SM_COUNT = 132
+# Fraction of the microbenchmark's matmul rate that GEMMs inside a training step sustain: the
+# same GPU runs every rank's kernels at once for minutes, at the power limit, with communication
+# kernels occupying SMs beside it. One constant for every GPU (a mechanism, not a family), fitted
+# by bench/fit_compute.py over all sources jointly.
+GEMM_SUSTAINED_FRACTION = 1.0
+# Die families with Hopper's tensor-memory accelerator and warpgroup MMA, which FlashAttention-3
+# and cuDNN's fused attention use and FlashAttention-2 does not (compute.FA2_RELATIVE_THROUGHPUT).
+HOPPER_CLASS_FAMILIES = frozenset({"H100", "B200"})
 # GPUs built on one die share their efficiency constants; their peaks and HBM bandwidth come from
 # the GPU catalogue. H200 is H100's GH100 die with more and faster HBM [docs/sources.md 5.3];
 # GB200's GPUs are B200 dies in a Grace-Blackwell superchip at a higher power limit.
@@ -113,10 +141,22 @@ def constant_family(gpu: GPU) -> str:
 
 
 def gemm_for(gpu: GPU) -> GemmProfile:
-    """The fitted compute efficiencies for a GPU (its die's family, or the fallback family's)."""
+    """The compute efficiencies for a GPU: its die family's fitted ones (or the fallback
+    family's), with the large-GEMM ceilings from the GPU's own MAMF measurement where one
+    exists (MAMF_EFFICIENCY)."""
     family = constant_family(gpu)
     family = family if family in GEMM_BY_FAMILY else FAMILY_FALLBACK.get(family, "H100")
-    return GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
+    base = GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
+    measured = MAMF_EFFICIENCY.get(gpu_family(gpu))
+    if measured is None:
+        return base
+    bf16, fp8 = measured
+    return base.model_copy(update={"max_efficiency": bf16, "fp8_max_efficiency": fp8 or bf16})
+
+
+def sm_count(gpu: GPU) -> int:
+    """Streaming multiprocessors of a GPU (SM_COUNT; H100's where not listed)."""
+    return SM_COUNT.get(gpu_family(gpu), DEFAULT_SM_COUNT)
 
 
 def _merge_gemm(base: GemmProfile, measured: GemmProfile | None) -> GemmProfile:
@@ -145,6 +185,8 @@ class Calibration:
     moe_dispatch_s_per_routed_token: float = MOE_DISPATCH_S_PER_ROUTED_TOKEN
     attention_half_keys: float = ATTENTION_HALF_KEYS
     moe_dispatch_s_per_layer: float = MOE_DISPATCH_S_PER_LAYER
+    sm_count: int = DEFAULT_SM_COUNT
+    gemm_sustained_fraction: float = GEMM_SUSTAINED_FRACTION
 
     def peak_flops(self, precision: str) -> float:
         if precision == "fp8" and self.peak_fp8_flops is not None:
@@ -153,8 +195,10 @@ class Calibration:
 
     def gemm_efficiency(self, precision: str) -> float:
         if precision == "fp8" and self.peak_fp8_flops is not None:
-            return self.gemm.fp8_max_efficiency or self.gemm.max_efficiency
-        return self.gemm.max_efficiency
+            ceiling = self.gemm.fp8_max_efficiency or self.gemm.max_efficiency
+        else:
+            ceiling = self.gemm.max_efficiency
+        return ceiling * self.gemm_sustained_fraction
 
     def half_efficiency_flops(self, precision: str) -> float:
         """FLOPs at which a GEMM of ``precision`` reaches half its efficiency.
@@ -227,4 +271,5 @@ def calibration_for(cluster: Cluster, profile: LinkProfile | None = None) -> Cal
         overlap_efficiency=OVERLAP_EFFICIENCY,
         profile=profile,
         moe_dispatch_s_per_routed_token=_dispatch_s(profile),
+        sm_count=sm_count(gpu),
     )

@@ -23,7 +23,7 @@ from placer.cost.compute import (
     LayerWork,
     PassTimes,
     attention_forward_s,
-    gemm_time,
+    gemm_times,
     layer_work,
     logits_work,
     model_flops_per_step,
@@ -414,9 +414,7 @@ def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool
     calls = {c.collective: c for c in tp_layer.items}
     if "all_gather" not in calls or "reduce_scatter" not in calls:
         return tp_layer.exposed_s
-    peak = calib.peak_flops(precision)
-    eff, half = calib.gemm_efficiency(precision), calib.half_efficiency_flops(precision)
-    times = [n * gemm_time(f, peak, eff, half) for f, n in work.gemms]
+    times = gemm_times(work.gemms, work.gemm_shapes, calib, precision)
     qkv, out = times[0], times[1]
     if moe_layer:  # router, experts' first, experts' second, [shared first, shared second]
         mlp_in = times[2] + times[3] + sum(times[5:6])
@@ -446,6 +444,10 @@ def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibr
                                                  model.hidden_size, moe.top_k, moe.num_experts,
                                                  layout.ep, imbalance)
     calls = LAYER_CALLS[Part.EP].per_microbatch(layout)
+    if dispatcher == "flex":  # DeepEP / HybridEP kernels, not NCCL's all-to-all
+        one = coll.deepep_all_to_all(link, nbytes, calib)
+        return _PerLayer(Part.EP, (_Call(dispatch, Group.EP, link, nbytes, one, calls),),
+                         calls * one.time_s)
     if dispatch == combine:
         one = _collective(dispatch, link, nbytes, calib)
         return _PerLayer(Part.EP, (_Call(dispatch, Group.EP, link, nbytes, one, calls),),
