@@ -148,3 +148,15 @@ def test_bad_script_fails_before_the_search(capsys: pytest.CaptureFixture[str]) 
         "--no-what-if", "--script=-x"], capsys)
     assert code == 2
     assert "--script" in output and "Top " not in output
+
+
+def test_presets_lists_each_part_with_its_library_and_16_bit_format(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _run(["presets"], capsys)
+    assert code == 0
+    rows = {line.split("│")[1].strip(): line for line in output.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip() in gpu_names()}
+    assert sorted(rows) == sorted(gpu_names())
+    assert "125 (FP16)" in rows["V100-SXM2-32GB"]
+    assert all("RCCL" in rows[name] for name in AMD)
+    assert "NCCL" in rows["H800"] and "RCCL" not in rows["H800"]

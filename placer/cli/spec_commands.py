@@ -67,12 +67,16 @@ def presets_command(as_json: bool) -> None:
                                "models": model_names(), "stacks": stack_names()}, indent=2))
         return
     console = Console(width=120)
-    gpus = Table("GPU", "memory GiB", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM TB/s", title="GPUs")
+    gpus = Table("GPU", "memory GiB", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM TB/s", "collectives",
+                 title="GPUs (dense peaks)")
     for name in gpu_names():
         g = gpu_preset(name)
         fp8 = f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-"
-        gpus.add_row(name, gib(g.capacity_bytes), f"{g.bf16_flops / 1e12:.0f}", fp8,
-                     f"{g.hbm_bandwidth_bytes_per_s / 1e12:.2f}")
+        half = f"{g.bf16_flops / 1e12:.0f}"
+        if g.half_precision_dtype != "bf16":
+            half += f" ({g.half_precision_dtype.upper()})"
+        gpus.add_row(name, gib(g.capacity_bytes), half, fp8,
+                     f"{g.hbm_bandwidth_bytes_per_s / 1e12:.2f}", g.collectives_library.upper())
     clusters = Table("cluster", "GPU", "GPUs/node", "NVLink domain", "NICs/node", "description",
                      title="clusters (scale with --nodes)")
     for name in cluster_names():
