@@ -40,7 +40,12 @@ from accuracy import _grand_teton, as_ran  # noqa: E402  (bench helpers: Grand T
 
 from placer.cost import estimate  # noqa: E402
 from placer.cost.memory import capacity_bytes, memory_estimate  # noqa: E402
-from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms  # noqa: E402
+from placer.cost.profile import bounding_node_type  # noqa: E402
+from placer.cost.validity import (  # noqa: E402
+    MODEL_ERROR,
+    beyond_measured_mfu,
+    unvalidated_mechanisms,
+)
 from placer.errors import PlacerError  # noqa: E402
 from placer.io import write_text  # noqa: E402
 from placer.launch import launch_bundle  # noqa: E402
@@ -189,6 +194,11 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     refusals = tuple(launch_refusals(recipe, best, emit))
     gain = est.step_time_s / best.step_time_s - 1.0
     notes = tuple(line for line in best.why if line.startswith("unvalidated"))
+    node = bounding_node_type(cluster)
+    unmeasured = beyond_measured_mfu(best.mfu, node.gpu.name, recipe.precision,
+                                     best.layout.num_gpus > node.gpus_per_node)
+    if unmeasured:
+        notes = (*notes, f"unvalidated: {unmeasured}")
     if gain > GAIN_LIMIT:
         notes = (*notes, _mechanism(best, est))
     return Outcome(recipe, expressible, est.fits, fits_headroom, error, figure, rank, best,
@@ -247,6 +257,10 @@ def report(outcomes: list[Outcome]) -> int:
         ties = sum(g < MODEL_ERROR for g in gains)
         print(f"#1 over the recipe: median {sorted(gains)[len(gains) // 2]:+.1%}, max "
               f"{max(gains):+.1%}; {ties} of {len(gains)} within the model's error (ties)")
+    beyond = sum(any(n.startswith("unvalidated: ") and "MFU predicted" in n for n in o.notes)
+                 for o in outcomes)
+    print(f"#1 predicted above the best MFU measured on its GPU, precision and node span "
+          f"(placer.cost.validity.MEASURED_MFU_CEILING): {beyond} of {len(gains)}")
     print(f"issue-16 checks broken: {broken}")
     return 1 if broken else 0
 

@@ -35,6 +35,46 @@ def unvalidated_mechanisms(layout: Layout, job: Job) -> list[str]:
     return found
 
 
+MEASURED_MFU_CEILING: dict[tuple[str, str, bool], tuple[float, str]] = {
+    ("A100-40GB", "bf16", False): (0.594, "llmfoundry_a100_40_mpt3b_s512_8gpu"),
+    ("A100-40GB", "bf16", True): (0.568, "llmfoundry_a100_40_mpt3b_s2048_32gpu"),
+    ("A100-80GB", "bf16", False): (0.641, "llmfoundry_a100_80_mpt7b_s2048_8gpu"),
+    ("A100-80GB", "bf16", True): (0.563, "korthikanti22_1T_selective_sp"),
+    ("B200", "bf16", True): (0.211, "mbridge260201_b200_gptoss120b_bf16_64gpu"),
+    ("B200", "fp8", False): (0.394, "mbridge2511_b200_llama3_8b_fp8_cs_8gpu"),
+    ("B200", "fp8", True): (0.386, "mbridge2511_b200_llama3_1_405b_fp8_cs_128gpu"),
+    ("GB200", "bf16", True): (0.467, "mbridge2511_gb200_deepseekv3_bf16_256gpu"),
+    ("GB200", "fp8", True): (0.454, "mbridge260401_gb200_llama31405b_fp8_256gpu"),
+    ("H100-SXM-80GB", "bf16", False): (0.464, "llmfoundry_h100bf16_mpt7b_s2048_8gpu"),
+    ("H100-SXM-80GB", "bf16", True): (0.494, "mcore_r080_h100_weak_16B"),
+    ("H100-SXM-80GB", "fp8", False): (0.423, "mbridge2511_h100_llama3_8b_fp8_cs_8gpu"),
+    ("H100-SXM-80GB", "fp8", True): (0.435, "mbridge260401_h100_llama31405b_fp8_1024gpu"),
+    ("H100-SXM-96GB", "bf16", False): (0.377, "torchtitan_2412_t1_fsdp_bf16"),
+    ("H100-SXM-96GB", "bf16", True): (0.367, "torchtitan_2412_t3_fsdp_bf16_128gpu"),
+    ("H100-SXM-96GB", "fp8", False): (0.279, "torchtitan_2412_t1_fsdp_compile_float8"),
+    ("H100-SXM-96GB", "fp8", True): (0.274, "torchtitan_2412_t3_fsdp_compile_float8_128gpu"),
+    ("H200-141GB", "fp8", True): (0.32, "trainy_h200_llama31_8b_32gpu"),
+}
+"""(GPU, precision, the run spans nodes) -> the highest MFU a measured run in
+bench/data/published-runs.json reached, in placer's MFU convention, and that run's record id:
+``bench/mfu_ceiling.py`` prints this table (FP4 runs and OOM rows left out;
+tests/test_mfu_ceiling.py checks it against the data). Single-node runs never cross the
+inter-node network, so they bound only single-node picks."""
+
+
+def beyond_measured_mfu(mfu: float, gpu: str, precision: str, multi_node: bool) -> str | None:
+    """Why a predicted MFU rests on the model alone: above every measured run of that GPU,
+    precision and node span, or no such run at all (None: a run reached it)."""
+    where = f"{gpu} {precision} run {'across nodes' if multi_node else 'on one node'}"
+    ceiling = MEASURED_MFU_CEILING.get((gpu, precision, multi_node))
+    if ceiling is None:
+        return f"no measured {where} in the calibration data"
+    if mfu <= ceiling[0]:
+        return None
+    return (f"{mfu:.1%} MFU predicted, above the {ceiling[0]:.1%} of the best measured {where} "
+            f"in the calibration data ({ceiling[1]})")
+
+
 def validated_cp_limit(job: Job) -> int:
     """The largest CP degree whose per-rank chunk a measured run covers (at least 1)."""
     return max(1, job.seq_len // MIN_VALIDATED_CP_TOKENS)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from placer.cost.validity import MODEL_ERROR
+from placer.cost.profile import bounding_node_type
+from placer.cost.validity import MODEL_ERROR, beyond_measured_mfu
 from placer.dims import Dim
 from placer.report.baseline import RULE_TEXT, Baseline
 from placer.report.describe import (
@@ -42,6 +43,9 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
     """The explanation of the first candidate, one sentence per line."""
     best = candidates[0]
     lines = [headline(best, job)]
+    unmeasured = unmeasured_mfu(best, cluster, job)
+    if unmeasured:
+        lines.append(unmeasured)
     idle = cluster.num_gpus - best.layout.num_gpus
     if idle > 0:
         lines.append(f"It uses {best.layout.num_gpus} of the {cluster.num_gpus} usable GPUs; the "
@@ -57,6 +61,19 @@ def explain(model: Model, cluster: Cluster, job: Job, candidates: list[Estimate]
         lines.append(links)
     lines.extend(what_if_sentences(best, what_ifs))
     return lines
+
+
+def unmeasured_mfu(best: Estimate, cluster: Cluster, job: Job) -> str | None:
+    """The sentence saying #1's MFU is beyond what any measured run on its GPU reached."""
+    node = bounding_node_type(cluster)
+    why = beyond_measured_mfu(best.mfu, node.gpu.name, job.precision,
+                              best.layout.num_gpus > node.gpus_per_node)
+    if why is None:
+        return None
+    if why.startswith("no measured"):
+        return f"Unvalidated: {why}, so this figure rests on the cost model alone."
+    return (f"Unvalidated: {why}; no run the cost model was checked against went this fast, so "
+            "this figure rests on the model alone.")
 
 
 def headline(best: Estimate, job: Job | None = None) -> str:
