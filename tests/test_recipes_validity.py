@@ -3,18 +3,16 @@ layout by more than the model's measured error to lead."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from test_report_plan import make_candidate
 
 from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms, validated_cp_limit
-from placer.solver.prefer import prefer_validated
+from placer.solver.prefer import noted, prefer_validated
 from placer.spec import Layout
 from placer.spec.job import Job
 from placer.spec.layout import layout_problem
 from placer.spec.presets import model_preset
 from placer.spec.recipe import published_recipes
+from placer.spec.results import Candidate
 
 JOB_8K = Job(seq_len=8192, global_batch_size=512)
 
@@ -39,39 +37,32 @@ def test_cp_chunks_shorter_than_any_measured_run_are_unvalidated() -> None:
                                                                       global_batch_size=8)) == 1
 
 
-@dataclass(frozen=True)
-class _Result:
-    """What prefer_validated reads of a RecommendResult."""
-
-    candidates: list[Any] = field(default_factory=list)
-
-
-def _result(*candidates: Any) -> Any:
-    return _Result(list(candidates))
-
-
 def test_an_unvalidated_pick_yields_to_a_validated_one_within_the_error() -> None:
     risky = make_candidate(Layout(tp=2, pp=4, dp=2, cp=4), compute_s=10.0)
     near = 10.0 * (1 + MODEL_ERROR / 2)
     safe = make_candidate(Layout(tp=8, pp=4, dp=2), compute_s=near)
     asked: list[Job] = []
 
-    def search(job: Job) -> Any:
+    def search(job: Job) -> list[Candidate]:
         asked.append(job)
-        return _result(safe)
+        return [safe]
 
-    out = prefer_validated(_result(risky), JOB_8K, search, top_k=5)  # type: ignore[arg-type]
-    assert [c.layout.cp for c in out.candidates] == [1, 4]
+    out, note = prefer_validated([risky], JOB_8K, search, top_k=5)
+    assert [c.layout.cp for c in out] == [1, 4] and note
     assert [str(c) for c in asked[0].constraints] == ["cp<=2"]
-    assert any(line.startswith("unvalidated: relies on CP=4") for line in out.candidates[1].why)
+    assert [line for c in out for line in noted(c, JOB_8K).why
+            if line.startswith("unvalidated: relies on CP=")] == [
+        next(line for line in noted(risky, JOB_8K).why if line.startswith("unvalidated"))]
 
 
 def test_an_unvalidated_pick_that_beats_the_error_still_leads() -> None:
     risky = make_candidate(Layout(tp=2, pp=4, dp=2, cp=4), compute_s=10.0)
     slow = make_candidate(Layout(tp=8, pp=4, dp=2), compute_s=10.0 * (1 + 2 * MODEL_ERROR))
-    out = prefer_validated(_result(risky), JOB_8K, lambda job: _result(slow),  # type: ignore
-                           top_k=5)
-    assert [c.layout.cp for c in out.candidates] == [4, 1]
-    validated_first = _result(slow, risky)
-    assert prefer_validated(validated_first, JOB_8K, lambda job: _result(),  # type: ignore
-                            top_k=5) is validated_first
+    out, note = prefer_validated([risky], JOB_8K, lambda job: [slow], top_k=5)
+    assert [c.layout.cp for c in out] == [4, 1] and note
+
+    def no_second_search(job: Job) -> list[Candidate]:
+        raise AssertionError("a validated first pick needs no second search")
+
+    assert prefer_validated([slow, risky], JOB_8K, no_second_search, top_k=5) == (
+        [slow, risky], False)

@@ -86,16 +86,17 @@ def tuples_for(tuples: Sequence[Degrees], cluster: Cluster, variant: Cluster) ->
 def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn,
              tuples: Sequence[Degrees], profile: Any = None) -> Iterator[WhatIf]:
     """The best layout of each variant over the degree ``tuples`` of the main search's table
-    (``tuples_for``), each yielded as soon as it is known."""
+    (``tuples_for``), each yielded as soon as it is known. Only its layout and step time are
+    read, so ``recommend_fn`` (``placer.solver.recommend``) writes no rank map."""
     for label, variant_cluster, variant_job in variants(cluster, job):
         among = tuples_for(tuples, cluster, variant_cluster)
         try:
             try:
                 found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
-                                     profile=profile, among=among)
+                                     profile=profile, among=among, rank_maps=False)
             except PlacerError:  # none of those tuples runs there: search the whole space
                 found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
-                                     profile=profile)
+                                     profile=profile, rank_maps=False)
         except PlacerError as exc:
             yield WhatIf(label, None, None, str(exc))
             continue

@@ -4,29 +4,46 @@ A candidate relying on a mechanism no measured run covers (``placer.cost.validit
 8K tokens) is ranked as if it were slower by the model's measured error: it comes first only if
 it beats the best validated layout by more than the model can resolve. The validated layouts come
 from a second search restricted to them, run only when the first pick is unvalidated.
+
+The picks are ranked before their rank maps are written (``Ranked``: a layout, its step time and
+mesh order), so the second search's picks that do not make the cut cost no rank map.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from placer.cost.validity import MODEL_ERROR, unvalidated_mechanisms, validated_cp_limit
 from placer.errors import InfeasibleError
 from placer.spec.job import DegreeConstraint, Job
+from placer.spec.layout import Layout
 from placer.spec.results import Candidate
 
-if TYPE_CHECKING:
-    from placer.solver.search import RecommendResult
+
+class Ranked(Protocol):
+    """What the ranking reads of a pick (a Candidate, or the solver's pick before its rank map)."""
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def step_time_s(self) -> float: ...
+
+    @property
+    def mesh_order(self) -> Sequence[str]: ...
 
 
-def _ranked_time_s(candidate: Candidate, job: Job) -> float:
-    penalty = MODEL_ERROR if unvalidated_mechanisms(candidate.layout, job) else 0.0
-    return candidate.step_time_s * (1.0 + penalty)
+R = TypeVar("R", bound=Ranked)
 
 
-def _noted(candidate: Candidate, job: Job) -> Candidate:
+def _ranked_time_s(pick: Ranked, job: Job) -> float:
+    penalty = MODEL_ERROR if unvalidated_mechanisms(pick.layout, job) else 0.0
+    return pick.step_time_s * (1.0 + penalty)
+
+
+def noted(candidate: Candidate, job: Job) -> Candidate:
+    """The candidate with a why line saying what it relies on that nothing measured covers."""
     found = unvalidated_mechanisms(candidate.layout, job)
     if not found:
         return candidate
@@ -36,20 +53,24 @@ def _noted(candidate: Candidate, job: Job) -> Candidate:
     return candidate.model_copy(update={"why": [*candidate.why, line]})
 
 
-def prefer_validated(result: RecommendResult, job: Job,
-                     search: Callable[[Job], RecommendResult], top_k: int) -> RecommendResult:
-    """``result`` re-ranked against the best validated layouts when its first pick is not."""
-    if not result.candidates or not unvalidated_mechanisms(result.candidates[0].layout, job):
-        return result
+def prefer_validated(picks: Sequence[R], job: Job, search: Callable[[Job], Sequence[R]],
+                     top_k: int) -> tuple[list[R], bool]:
+    """``picks`` (best first) re-ranked against the best validated layouts when the first is
+    not, and whether the result's candidates should carry the ``noted`` line (only then).
+
+    ``search(job)`` returns the best picks of the job restricted to validated CP degrees; it
+    cannot lead with an unvalidated pick itself, so it is not re-ranked again.
+    """
+    if not picks or not unvalidated_mechanisms(picks[0].layout, job):
+        return list(picks), False
     limit = validated_cp_limit(job)
     rule = DegreeConstraint(key="cp", op="<=", values=(limit,))
     try:
         validated = search(job.model_copy(update={"constraints": (*job.constraints, rule)}))
     except InfeasibleError:
-        noted = [_noted(c, job) for c in result.candidates]
-        return replace(result, candidates=noted)
-    pool: dict[tuple[str, tuple[str, ...]], Candidate] = {}
-    for candidate in [*result.candidates, *validated.candidates]:
-        pool.setdefault((candidate.layout.compact(), tuple(candidate.mesh_order)), candidate)
-    order = sorted(pool.values(), key=lambda c: (_ranked_time_s(c, job), c.layout.compact()))
-    return replace(result, candidates=[_noted(c, job) for c in order[:top_k]])
+        return list(picks), True
+    pool: dict[tuple[str, tuple[str, ...]], R] = {}
+    for pick in [*picks, *validated]:
+        pool.setdefault((pick.layout.compact(), tuple(pick.mesh_order)), pick)
+    order = sorted(pool.values(), key=lambda p: (_ranked_time_s(p, job), p.layout.compact()))
+    return order[:top_k], True

@@ -28,7 +28,7 @@ from placer.solver.placement import (
     tp_capacity,
     traffic_weights,
 )
-from placer.solver.prefer import prefer_validated
+from placer.solver.prefer import noted, prefer_validated
 from placer.solver.reasons import memory_reason, no_degrees_reason
 from placer.solver.select import select_top
 from placer.solver.space import Degrees, degree_tuples, divisors, layout_key
@@ -36,7 +36,7 @@ from placer.solver.stages import split_for_types
 from placer.solver.table import Row, TableStats, build_table
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
-from placer.spec.layout import pipeline_stage_layers
+from placer.spec.layout import Layout, pipeline_stage_layers
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import Candidate, Estimate, SearchStats
@@ -112,6 +112,18 @@ class _Placed:
     def key(self) -> tuple[float, tuple[int, ...]]:
         return (self.estimate.step_time_s, layout_key(self.estimate.layout))
 
+    @property
+    def layout(self) -> Layout:
+        return self.estimate.layout
+
+    @property
+    def step_time_s(self) -> float:
+        return self.estimate.step_time_s
+
+    @property
+    def mesh_order(self) -> Sequence[str]:
+        return self.placement.order
+
 
 def _best_placement(model: Model, cluster: Cluster, job: Job, row: Row,
                     topology: ClusterTopology, profile: LinkProfile | None,
@@ -161,7 +173,7 @@ def _priced_on_worst_groups(placed: _Placed, model: Model, cluster: Cluster, job
 
 
 def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
-               topology: ClusterTopology) -> Candidate:
+               topology: ClusterTopology, with_rank_map: bool = True) -> Candidate:
     est, placement = placed.estimate, placed.placement
     stage_layers, stage_notes = split_for_types(model, cluster, job, est.layout, placement,
                                                 topology)
@@ -174,8 +186,9 @@ def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
                            "hold the embedding and the output layer) take fewer"]
     fields = {name: getattr(est, name) for name in Estimate.model_fields}
     fields["mesh_order"] = list(placement.order)
-    return Candidate.model_construct(**fields, rank_map=rank_map(est.layout, placement, topology),
-                                     why=placed.why + stage_notes, stage_layers=stage_layers)
+    ranks = rank_map(est.layout, placement, topology) if with_rank_map else []
+    return Candidate.model_construct(**fields, rank_map=ranks, why=placed.why + stage_notes,
+                                     stage_layers=stage_layers)
 
 
 @dataclass(frozen=True)
@@ -224,15 +237,47 @@ def search_space(model: Model, cluster: Cluster, job: Job) -> Space:
 def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
               profile: LinkProfile | None = None,
               time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-              among: Sequence[Degrees] | None = None) -> RecommendResult:
+              among: Sequence[Degrees] | None = None,
+              rank_maps: bool = True) -> RecommendResult:
     """The best ``top_k`` distinct layouts with their placements, best first.
 
     ``time_limit_s`` is CP-SAT's budget in deterministic seconds (about seconds of one core),
     half for the selection and half for placement, so the answer does not depend on machine
     load. With ``among`` only those of the space's degree tuples are searched (a what-if
     re-ranks the tuples of the main search's table), every knob setting of them as usual.
+    Rank maps (one entry per GPU: most of the time at 100,000 GPUs) are written for the final
+    candidates only; ``rank_maps=False`` leaves them empty, for callers that read only the
+    layouts and their figures (the what-ifs).
     Raises InfeasibleError with the tightest reason when no layout can run.
     """
+    started = time.perf_counter()
+    first = _ranked(model, cluster, job, top_k, profile, time_limit_s, among)
+    picks, note = prefer_validated(
+        first.placed[:top_k], job,
+        lambda validated: _ranked(model, cluster, validated, top_k, profile, time_limit_s,
+                                  among).placed[:top_k], top_k)
+    candidates = [_candidate(p, model, cluster, job, first.space.topology, rank_maps)
+                  for p in picks]
+    if note:
+        candidates = [noted(c, job) for c in candidates]
+    stats = first.stats.model_copy(update={"wall_s": time.perf_counter() - started})
+    return RecommendResult(candidates, stats, first.detail, first.tuples)
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """One search's picks, placed and ranked, before any rank map is written."""
+
+    space: Space
+    placed: list[_Placed]
+    stats: SearchStats
+    detail: SearchDetail
+    tuples: list[Degrees]
+
+
+def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkProfile | None,
+            time_limit_s: float, among: Sequence[Degrees] | None) -> _Searched:
+    """The table, CP-SAT's picks and each pick's best placement, ranked (``recommend``)."""
     started = time.perf_counter()
     space = search_space(model, cluster, job)
     topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
@@ -263,27 +308,21 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     if space.note:
         placed = [replace(p, why=[f"uses {p.estimate.layout.num_gpus} of {cluster.num_gpus} GPUs "
                                   f"because {space.note}", *p.why]) for p in placed]
-    candidates = [_candidate(p, model, cluster, job, topology) for p in placed[:top_k]]
     notes = [f"{p.estimate.layout.compact()}: {line}" for p in placed for line in p.why]
     costed = sum(p.costed for p in placed)
-    wall_s = time.perf_counter() - started
     stats = SearchStats(layouts_considered=table.layouts, layouts_feasible=len(rows),
-                        solver_status=selection.status, wall_s=wall_s)
-    result = RecommendResult(candidates, stats, _detail(table, rows, selection.status,
-                                                        selection.solves, costed, candidates,
-                                                        notes),
-                             list(dict.fromkeys(r.degrees for r in rows)))
-    return prefer_validated(result, job, lambda validated: recommend(
-        model, cluster, validated, top_k=top_k, profile=profile, time_limit_s=time_limit_s,
-        among=among), top_k)
+                        solver_status=selection.status, wall_s=time.perf_counter() - started)
+    detail = _detail(table, rows, selection.status, selection.solves, costed,
+                     placed[0].estimate.layout.num_gpus, notes)
+    return _Searched(space, placed, stats, detail, list(dict.fromkeys(r.degrees for r in rows)))
 
 
 def _detail(table: TableStats, rows: list[Row], status: str, solves: int, costed: int,
-            candidates: list[Candidate], notes: list[str]) -> SearchDetail:
+            gpus_used: int, notes: list[str]) -> SearchDetail:
     return SearchDetail(
         degree_tuples=table.degree_tuples, layouts=table.layouts,
         memory_checks=table.memory_checks, estimates=table.estimates, pairs=table.pairs,
         pairs_expanded=table.pairs_expanded, table_rows=len(rows), selection_status=status,
         selection_solves=solves, placements_costed=costed,
-        gpus_used=candidates[0].layout.num_gpus if candidates else 0,
+        gpus_used=gpus_used,
         bound_violations=table.bound_violations, placement_notes=notes)
