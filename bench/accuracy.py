@@ -23,6 +23,7 @@ measured rows predicted to fit, and the error on published peak memory.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -38,7 +39,7 @@ from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
 from placer.cost.profile import FAMILY_FALLBACK
 from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
-from placer.spec import Cluster, Job, Layout, Model, Optimizer
+from placer.spec import Cluster, Job, Layout, Model, MoE, Optimizer
 from placer.spec.layout import layout_problem, pipeline_stage_layers
 from placer.spec.presets import cluster_preset, gpu_preset, model_preset
 from placer.spec.profile import LinkClassProfile, LinkProfile
@@ -239,7 +240,8 @@ def model_for(record: dict[str, Any]) -> tuple[Model, list[str]]:
                   hidden_size=spec["hidden_size"],
                   num_attention_heads=spec["num_attention_heads"],
                   num_kv_heads=spec.get("num_kv_heads"), ffn_hidden_size=ffn,
-                  gated_mlp=llama_like, vocab_size=vocab, tied_embeddings=gpt_style)
+                  gated_mlp=llama_like, vocab_size=vocab, tied_embeddings=gpt_style,
+                  moe=MoE.model_validate(spec["moe"]) if spec.get("moe") else None)
     return model, notes
 
 
@@ -400,7 +402,7 @@ DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
 
 
 # Sources that ran torchtitan (local batch sizes, op-level SAC as "selective", eager modules).
-TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506"}
+TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506", "TORCHTITAN_MXFP8_MOE"}
 # torchtitan sources whose --training.compile also compiles the loss: not the Dec 2024 runs
 # (torchtitan@9dec370 train.py has "torch.compile(loss_fn)" commented out), but the June 2025
 # ones (torchtitan@e7c0cae torchtitan/components/loss.py build_cross_entropy_loss compiles it).
@@ -753,37 +755,66 @@ class SourceFold:
     in_sample: list[float]  # |error| % per row, constants fitted on every source
 
 
-def leave_one_source_out(cases: list[Case], rounds: int, cycles: int) -> list[SourceFold]:
+def leave_one_source_out(cases: list[Case], rounds: int, cycles: int, jobs: int = 1
+                         ) -> list[SourceFold]:
     """Fit every constant on all sources but one (bench/fit_compute.py), predict that one.
 
     A GPU family only the held-out source has borrows its fallback family's fitted constants
     (profile.FAMILY_FALLBACK); any other constant the training sources do not exercise (FP8 or
     fused attention only the held-out source has) keeps fit_compute's fixed starting value,
-    never the in-sample fit.
+    never the in-sample fit. ``jobs`` folds run at once (forked processes; each fold is
+    independent and deterministic, so the table does not depend on it).
     """
+    measured = [c for c in cases if not c.oom]
+    sources = sorted({c.source for c in measured})
+    _FOLD_INPUT[:] = [cases, rounds, cycles]
+    # The in-sample fold ("*") fits the same way on every source, so the two columns differ
+    # only by what was held out; its constants are what placer/cost/profile.py should hold.
+    if jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            results = pool.map(_fold, ["*", *sources])
+    else:
+        results = [_fold(source) for source in ["*", *sources]]
+    (all_errors, fitted), fold_results = results[0], results[1:]
+    IN_SAMPLE_FIT.clear()
+    IN_SAMPLE_FIT.update(fitted)
+    folds = []
+    for source, (loso, _) in zip(sources, fold_results, strict=True):
+        inside = [e for e, c in zip(all_errors, measured, strict=True) if c.source == source]
+        folds.append(SourceFold(source, len(loso), loso, inside))
+    return folds
+
+
+IN_SAMPLE_FIT: dict[str, Any] = {}  # the constants of the last in-sample fold
+
+
+_FOLD_INPUT: list[Any] = []  # (cases, rounds, cycles) of the running leave_one_source_out
+
+
+def _fold(source: str) -> tuple[list[float], dict[str, Any]]:
+    """|error| % of each of ``source``'s rows with constants fitted on every other source
+    (``*``: every measured row, fitted on every source), and those constants."""
     import fit_compute
 
+    cases, rounds, cycles = _FOLD_INPUT
     measured = [c for c in cases if not c.oom]
     prior = fit_compute.initial(fit_compute.parameters(measured))
-    in_sample = run(measured)
-    folds = []
-    for source in sorted({c.source for c in measured}):
-        train = [c for c in cases if c.source != source]
-        held = [c for c in measured if c.source == source]
-        fitted = fit_compute.fit(train, rounds, cycles)
-        # A GPU family only the held-out source has borrows its fallback family's fitted
-        # constants, as placer does for a family without rows (profile.FAMILY_FALLBACK).
-        for family in {c.family for c in held} - set(fitted["gemm"]):
-            borrowed = fitted["gemm"].get(FAMILY_FALLBACK.get(family, ""))
-            if borrowed:
-                fitted["gemm"][family] = {k: v for k, v in borrowed.items()
-                                          if k in prior["gemm"].get(family, {})}
-        values = fit_compute.merge(prior, fitted)
-        predicted = fit_compute.predicted_tps(held, values)
-        loso = [abs(p / c.reported_tps - 1) * 100 for p, c in zip(predicted, held, strict=True)]
-        inside = [abs(o.error) * 100 for o in in_sample if o.case.source == source]
-        folds.append(SourceFold(source, len(held), loso, inside))
-    return folds
+    train = [c for c in cases if c.source != source]
+    held = [c for c in measured if c.source == source or source == "*"]
+    fitted = fit_compute.fit(train, rounds, cycles)
+    # A GPU family only the held-out source has borrows its fallback family's fitted
+    # constants, as placer does for a family without rows (profile.FAMILY_FALLBACK).
+    for family in {c.family for c in held} - set(fitted["gemm"]):
+        borrowed = fitted["gemm"].get(FAMILY_FALLBACK.get(family, ""))
+        if borrowed:
+            fitted["gemm"][family] = {k: v for k, v in borrowed.items()
+                                      if k in prior["gemm"].get(family, {})}
+    values = fit_compute.merge(prior, fitted)
+    predicted = fit_compute.predicted_tps(held, values)
+    errors = [abs(p / c.reported_tps - 1) * 100 for p, c in zip(predicted, held, strict=True)]
+    return errors, values
 
 
 def report_loso(folds: list[SourceFold]) -> tuple[float, float]:
@@ -848,20 +879,50 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the leave-one-source-out refits (minutes)")
     parser.add_argument("--loso-rounds", type=int, default=3,
                         help="grid rounds per cycle of each leave-one-source-out fit")
+    parser.add_argument("--loso-jobs", type=int, default=1,
+                        help="leave-one-source-out folds fitted at once (processes)")
     parser.add_argument("--loso-cycles", type=int, default=1,
                         help="restarts of each leave-one-source-out fit")
     args = parser.parse_args(argv)
     cases, skipped, pairs = load(args.runs)
+    loso = None
     if args.loso:
-        report_loso(leave_one_source_out(cases, args.loso_rounds, args.loso_cycles))
+        folds = leave_one_source_out(cases, args.loso_rounds, args.loso_cycles, args.loso_jobs)
+        loso = report_loso(folds)
+        print("  in-sample constants (fit on every source; for placer/cost/profile.py):")
+        print(f"    {json.dumps(IN_SAMPLE_FIT, sort_keys=True)}")
         print()
-    report(run(cases), skipped, pairs, verbose=args.verbose)
+    outcomes = run(cases)
+    summary = report(outcomes, skipped, pairs, verbose=args.verbose)
     if args.speed:
         print()
         print("estimate() on 16,384 DGX H100 GPUs (natural placement):")
         for name, first, warm in speed():
             print(f"  {name:<14} first call {first:6.1f} ms, then {warm:.3f} ms per estimate")
+    print()
+    headline(loso, summary, outcomes)
     return 0
+
+
+def headline(loso: tuple[float, float] | None, s: Summary, outcomes: list[Outcome]) -> None:
+    """The figures issue 15's "done when" names, in one block (LOSO first)."""
+    sources = len({o.case.source for o in outcomes if not o.case.oom})
+    print(f"headline ({s.measured_total} measured rows, {sources} sources):")
+    if loso is not None:
+        print(f"  throughput, leave-one-source-out: mean {loso[0]:.1f} %, max {loso[1]:.1f} %"
+              "  (targets 10 / 25 %)")
+    print(f"  throughput, in-sample: mean {s.mean_pct:.1f} %, max {s.max_pct:.1f} %"
+          "  (target mean 5 %)")
+    right, total = sweep_checks(outcomes)
+    print(f"  layouts ordered right within published sweeps: {right}/{total} = "
+          f"{100 * right / max(1, total):.0f} %  (target 90 %)")
+    print(f"  memory: measured runs predicted to fit {s.measured_fit}/{s.measured_total}; "
+          f"OOM rows caught {s.oom_caught}/{s.oom_total}")
+    mem = memory_errors(outcomes)
+    if mem:
+        print(f"  published peak memory over {len(mem)} rows: mean |error| "
+              f"{sum(abs(e) for e in mem) / len(mem):.1f} %, max {max(mem, key=abs):+.1f} %"
+              "  (target within 15 %)")
 
 
 if __name__ == "__main__":
