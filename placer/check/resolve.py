@@ -28,6 +28,7 @@ from placer.spec.job import Job
 from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.presets import load_model, validated
+from placer.spec.profile import LinkProfile
 from placer.spec.runtime import Runtime
 from placer.topology import ClusterTopology, topology_of
 from placer.units import GIB
@@ -45,6 +46,8 @@ class CheckOptions:
     """Plans: check only this candidate (0 is the one ``placer launch`` uses); None: all."""
     env: tuple[tuple[str, str], ...] = ()
     """``--env NAME=VALUE``: variables a launch script reads from its environment."""
+    profile: LinkProfile | None = None
+    """``--profile``: a calibrated profile whose memory terms the memory rule uses."""
 
     def inputs(self) -> dict[str, str]:
         """What a launch script's environment holds: ``--nodes`` as every scheduler's node
@@ -70,6 +73,7 @@ class _Context:
     notes: list[str]
     seq_len_option: int | None = None
     world_known: bool = True
+    profile: LinkProfile | None = None
 
     def stop(self, rule_id: str, message: str, *keys: str) -> _Stop:
         return _Stop(finding(rule_id, message, self.parsed.path, self.parsed.line_of(*keys)))
@@ -182,7 +186,7 @@ def _context(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> _
     else:
         world = None
     ctx = _Context(parsed, cluster, world or 0, per_node or 0, model, notes, options.seq_len,
-                   world_known=world is not None)
+                   world_known=world is not None, profile=options.profile)
     if world is None:
         s = parsed.settings
         ctx.world = s.tp * s.pp * s.cp
@@ -437,7 +441,7 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
     """An error when the predicted peak exceeds the GPU's memory; a warning when it only eats
     into the job's headroom (the margin placer keeps for what the estimate misses)."""
     assert ctx.model is not None
-    memory = memory_estimate(ctx.model, ctx.cluster, job, layout)
+    memory = memory_estimate(ctx.model, ctx.cluster, job, layout, profile=ctx.profile)
     if memory.total_bytes <= memory.capacity_bytes:
         return []
     physical = memory_estimate(ctx.model, ctx.cluster, job.model_copy(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from placer.check import FORMATS, RULES, CheckOptions, check_paths, render
 from placer.check.world import parse_env
+from placer.cli.options import load_profile_option
 from placer.errors import InputError
 from placer.spec.presets import load_cluster, load_model
 from placer.spec.text import decimal
@@ -40,9 +43,12 @@ no-parallel-settings, not exit 2). Rules: placer check --list-rules.
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
               help="github: Actions annotations on the offending line; json: for other CI")
 @click.option("--list-rules", is_flag=True, help="print every rule id, severity and meaning")
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="calibrated profile (placer calibrate): the memory rule uses its memory terms")
 def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: str | None,
                   nodes: int | None, env_items: tuple[str, ...], seq_len: int | None,
-                  candidate: str, fail_on: str, fmt: str, list_rules: bool) -> int:
+                  candidate: str, fail_on: str, fmt: str, list_rules: bool,
+                  profile_path: Path | None) -> int:
     """Check parallel configs against a cluster: TP inside NVLink, EP/CP/PP placement,
     degrees, memory and rank maps."""
     if list_rules:
@@ -58,7 +64,8 @@ def check_command(configs: tuple[str, ...], cluster_ref: str | None, model_ref: 
         cluster=load_cluster(cluster_ref) if cluster_ref else None,
         model=load_model(model_ref) if model_ref else None,
         nodes=nodes, seq_len=seq_len, candidate=index,
-        env=tuple(sorted(parse_env(env_items).items())))
+        env=tuple(sorted(parse_env(env_items).items())),
+        profile=load_profile_option(profile_path))
     report = check_paths(configs, options, fail_on)
     if fmt == "text":
         for problem in report.problems:

@@ -145,11 +145,19 @@ def run_calibration(launcher: Launcher, cluster: Cluster, work_dir: Path, larges
               show_default=True, help="time limit of the measuring run")
 @click.option("--work-dir", type=click.Path(path_type=Path), metavar="DIR",
               help="keep the worker's config, measurements and logs here")
+@click.option("--real-model", "real_model_paths", multiple=True,
+              type=click.Path(path_type=Path), metavar="RESULTS.json",
+              help="fit the profile's memory terms and GEMM efficiency to what 'placer verify "
+                   "--real-model --out' measured (repeatable; alone, or after a sweep)")
+@click.option("--profile", "base_profile", type=click.Path(path_type=Path), metavar="FILE",
+              help="with --real-model alone: the profile to add the fitted terms to (default: "
+                   "the one the runs were predicted with)")
 @click.option("--force", is_flag=True, help="overwrite --out or --emit-config's config file")
 def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc: int | None,
                       cluster_ref: str | None, max_message_mib: int | None, full_sweep: bool,
                       out_path: Path | None, as_json: bool, from_path: Path | None,
                       emit_config: Path | None, timeout_s: float, work_dir: Path | None,
+                      real_model_paths: tuple[Path, ...], base_profile: Path | None,
                       force: bool) -> None:
     """Measure collectives (inside and across nodes) and GEMMs; fit a link profile.
 
@@ -172,6 +180,17 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
         max_message_mib * MIB if max_message_mib else None)
     refuse_existing(force, out=out_path,
                     emit_config=emit_config / "bench_config.json" if emit_config else None)
+    measuring = from_path is not None or emit_config is not None or emulate is not None \
+        or nproc is not None
+    if base_profile is not None and (not real_model_paths or measuring):
+        raise InputError("--profile", str(base_profile), "it is the base --real-model adds its "
+                         "terms to; use it with --real-model alone")
+    if real_model_paths and emit_config is not None:
+        raise InputError("--real-model", str(real_model_paths[0]), "--emit-config only writes "
+                         "the sweep's config; fit the results once it has run")
+    if real_model_paths and not measuring:
+        _calibrate_real(real_model_paths, base_profile, out_path, as_json)
+        return
     if from_path is not None:
         bench = load_bench(from_path)
         cluster = _emulated_or(cluster_ref, emulate, inter_node_mbit, bench["world_size"],
@@ -219,11 +238,34 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
     for line in report_lines(cal):
         _say(line, as_json)
     profile = cal.profile
+    if real_model_paths:
+        _calibrate_real(real_model_paths, profile, out_path, as_json)
+        return
     if out_path is not None:
         _write_profile(out_path, profile, "--out")
         _say(f"wrote {out_path}", as_json)
     if as_json:
         click.echo(json.dumps(profile_document(profile), indent=2))
+
+
+def _calibrate_real(paths: tuple[Path, ...], base: LinkProfile | Path | None,
+                    out_path: Path | None, as_json: bool) -> None:
+    """``calibrate --real-model``: memory terms and GEMM efficiency from real-model runs."""
+    from placer.spec.profile import load_link_profile
+    from placer.verify.calibrate import profile_document
+    from placer.verify.real_calibrate import calibrate_real, load_real_results, real_report_lines
+
+    docs = [(str(path), load_real_results(path)) for path in paths]
+    if isinstance(base, Path):
+        base = load_link_profile(base)
+    cal = calibrate_real(docs, base)
+    for line in real_report_lines(cal):
+        _say(line, as_json)
+    if out_path is not None:
+        _write_profile(out_path, cal.profile, "--out")
+        _say(f"wrote {out_path}", as_json)
+    if as_json:
+        click.echo(json.dumps(profile_document(cal.profile), indent=2))
 
 
 # ------------------------------------------------------------------ verify
@@ -357,6 +399,12 @@ def verify_command(plan_path: Path, top_k: int, emulate: str | None,
         if any(r.status != "ok" for r in results):
             keep[0] = True
             _say(f"logs of the failed candidates are in {where}", as_json)
+        if not cuda:
+            from placer.verify.cpu_cluster import oversubscription_note
+
+            note = oversubscription_note(launcher.world_size)
+            if note is not None:
+                _say(note, as_json)
     _finish(doc, results, fb, out_path, save_profile, as_json)
 
 
@@ -451,7 +499,7 @@ def _finish_real(plan_path: Path, plan: Plan, profile: LinkProfile | None,
     from placer.verify.realmodel import real_document, refit_real, render_real
 
     fb = refit_real(plan, profile, results) if options.refit and profile else None
-    doc = real_document(str(plan_path), where, options.steps, results, fb)
+    doc = real_document(str(plan_path), where, options.steps, results, plan, profile, fb)
     if out_path is not None:
         _write_json(out_path, doc)
     if as_json:

@@ -28,13 +28,14 @@ from placer.cost.params import (
     total_params,
 )
 from placer.cost.pipeline import microbatches_in_flight, parameter_copies
-from placer.cost.profile import bounding_node_type
+from placer.cost.profile import bounding_node_type, memory_terms
 from placer.cost.recompute import offloaded_layers, recomputed_fraction
 from placer.cost.stack_options import job_options
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
+from placer.spec.profile import LinkProfile
 from placer.spec.results import MemoryBreakdown
 
 # CUDA context, kernels and library workspaces per process: ~1 GB with all kernels loaded
@@ -432,11 +433,14 @@ def capacity_bytes(cluster: Cluster, job: Job) -> int:
 
 
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
-                    options: CostOptions | None = None) -> MemoryBreakdown:
+                    options: CostOptions | None = None,
+                    profile: LinkProfile | None = None) -> MemoryBreakdown:
     """Peak memory of the worst pipeline stage (cheap: no topology, O(pp + layers)); options
-    None: the job's own on its stack (stack_options.job_options)."""
+    None: the job's own on its stack (stack_options.job_options). A profile's measured memory
+    terms (``LinkProfile.memory``) scale the dynamic part and add their overhead."""
     if options is None:
         options = job_options(job)
+    scale, overhead = memory_terms(profile)
     framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
         layout, model.moe is not None)
     best: tuple[float, int, _StageMemory] | None = None
@@ -449,23 +453,24 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
             continue
         seen.add(shape.kind)
         mem = _stage_memory(model, job, layout, shape, options, acts)
-        dynamic = mem.activations + mem.logits + mem.moe_buffers + mem.transient
+        dynamic = scale * (mem.activations + mem.logits + mem.moe_buffers + mem.transient)
         total = (mem.weights + mem.gradients + mem.optimizer + dynamic
                  + _fragmentation(dynamic, options))
         if best is None or total > best[0]:
             best = (total, shape.stage, mem)
     assert best is not None
     _, stage, mem = best
-    dynamic = mem.activations + mem.logits + mem.moe_buffers + mem.transient
+    dynamic = scale * (mem.activations + mem.logits + mem.moe_buffers + mem.transient)
     parts = {
         "weights_bytes": math.ceil(mem.weights),
         "gradients_bytes": math.ceil(mem.gradients),
         "optimizer_bytes": math.ceil(mem.optimizer),
-        "activations_bytes": math.ceil(mem.activations + mem.transient),
-        "logits_bytes": math.ceil(mem.logits),
-        "moe_buffers_bytes": math.ceil(mem.moe_buffers),
+        "activations_bytes": math.ceil(scale * (mem.activations + mem.transient)),
+        "logits_bytes": math.ceil(scale * mem.logits),
+        "moe_buffers_bytes": math.ceil(scale * mem.moe_buffers),
         "framework_bytes": framework,
         "fragmentation_bytes": math.ceil(_fragmentation(dynamic, options)),
+        "overhead_bytes": overhead,
     }
     return MemoryBreakdown(**parts, total_bytes=sum(parts.values()),
                            capacity_bytes=capacity_bytes(cluster, job), worst_stage=stage)

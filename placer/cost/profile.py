@@ -58,7 +58,7 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
 # Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
 # of 100 timed iterations over a brute-force search of BF16 / FP8 (e4m3) matmul shapes,
 # stas00/ml-engineering@744d01e compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
-# comparison table" (docs/sources.md 5.5). A microbenchmark, not a fit to training runs: the
+# comparison table" (docs/sources.md 12). A microbenchmark, not a fit to training runs: the
 # cost model's large-GEMM ceiling (``max_efficiency`` / ``fp8_max_efficiency``). H200's BF16 is
 # H100's (the table's note: "H200 is the same"); A100 has no FP8 (None: BF16's is used).
 MAMF_EFFICIENCY: dict[str, tuple[float, float | None]] = {
@@ -72,7 +72,7 @@ MAMF_EFFICIENCY: dict[str, tuple[float, float | None]] = {
 # 108 on A100, 132 on H100/H200, 148 on a B200 SKU (stas00/ml-engineering@744d01e
 # training/performance/README.md, "Tile and wave quantization" and "Do more SMs give more
 # TFLOPS?"); GB200's GPUs are B200 dies (148 taken); L40S 142 (AD102 as shipped in L40S,
-# NVIDIA L40S datasheet) [docs/sources.md 5.5]. Other GPUs take H100's count.
+# NVIDIA L40S datasheet) [docs/sources.md 12]. Other GPUs take H100's count.
 SM_COUNT = {"A100": 108, "H100": 132, "H200": 132, "B200": 148, "GB200": 148, "L40S": 142}
 DEFAULT_SM_COUNT = 132
 # Fraction of the microbenchmark's matmul rate that GEMMs inside a training step sustain: the
@@ -224,6 +224,14 @@ class Calibration:
 def _dispatch_s(profile: LinkProfile | None) -> float:
     measured = profile.gemm.moe_dispatch_s_per_routed_token if profile and profile.gemm else None
     return MOE_DISPATCH_S_PER_ROUTED_TOKEN if measured is None else measured
+
+
+def memory_terms(profile: LinkProfile | None) -> tuple[float, int]:
+    """(activation scale, overhead bytes) a profile's measured memory terms give the memory
+    model; without them (1, 0): the memory model's own counts (``MemoryProfile``)."""
+    if profile is None or profile.memory is None:
+        return 1.0, 0
+    return profile.memory.activation_scale, profile.memory.overhead_bytes
 
 
 def _used_node_types(cluster: Cluster) -> list[NodeType]:

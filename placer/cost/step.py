@@ -251,7 +251,8 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                 compute = compute + head
             cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
                                options.cp_comm_overlap)
-            zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute)
+            zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute,
+                                          options)
             tp_s = tp_layer.exposed_s * shape.layers
             if options.tp_comm_overlap and tp_s > 0 and layout.sequence_parallel:
                 tp_s = (tp_dense * (shape.layers - shape.moe_layers)
@@ -271,7 +272,8 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     if layout.cp > 1 and Group.CP in links:
         _record_cp(ledger, model, layout, links, calib, tokens, m * worst_shape.layers,
                    m * worst.cp_s)
-    _record_zero(ledger, model, layout, job, links, calib, worst_shape, m, m * worst.zero_s)
+    _record_zero(ledger, model, layout, job, links, calib, worst_shape, m, m * worst.zero_s,
+                 options)
 
     bubble = _bubble(layout, stage_times)
     p2p = _pp_p2p(model, layout, links, calib, tokens, m, ledger, options.p2p_overlap)
@@ -292,7 +294,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         pp_bubble_s=bubble, pp_p2p_s=p2p, dp_exposed_s=dp_exposed,
         zero_exposed_s=m * worst.zero_s, optimizer_s=optimizer_s)
     step = sum(breakdown.model_dump().values())
-    memory = memory_estimate(model, cluster, job, layout, options)
+    memory = memory_estimate(model, cluster, job, layout, options, calib.profile)
     gpus = layout.num_gpus
     model_flops = model_flops_per_step(model, job)
     hardware_flops = model_flops + recompute_flops_per_step(model, job, layout)
@@ -515,12 +517,16 @@ class _ZeroTraffic:
 
 
 def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, calib: Calibration,
-                  shape: StageShape) -> _ZeroTraffic | None:
+                  shape: StageShape, options: CostOptions = DEFAULT_OPTIONS
+                  ) -> _ZeroTraffic | None:
     """ZeRO-3 parameter gathers and ZeRO-2/3 gradient reduce-scatters of a stage.
 
-    ZeRO-3 gathers a layer's parameters for the forward, again for the backward and, with full
-    recomputation, for the recomputed forward (DeepSpeed releases them after every forward;
-    FSDP2 reuses the backward gather, so this is an upper bound). Each rank's shard is small at
+    ZeRO-3 gathers a layer's parameters for the forward and again for the backward. With full
+    recomputation DeepSpeed (per-submodule fetches, ``zero3_max_live_params``) fetches once more
+    for the recomputed forward, which its pre-forward hooks trigger; FSDP does not: the
+    checkpointed block recomputes inside its unit's backward, after FSDP's pre-backward hook has
+    already gathered the unit (torch.distributed.fsdp: unshard in the pre-backward hook), so the
+    recomputation reuses the backward's gather. Each rank's shard is small at
     scale, and these collectives are modelled at the GPU's own network share, not the node's
     aggregate: the cross-node traffic that motivates hierarchical sharding (ZeRO++ hpZ, Wang et
     al. 2023, arXiv:2306.10209, section 3; PyTorch HSDP).
@@ -546,14 +552,16 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
     if layout.zero_stage >= 3:
         # Each forward, and the backward; without resharding after the forward (FSDP2
         # reshard_after_forward=False) the forward's gather serves the backward too.
-        gathers = layout.forward_passes + 1 if layout.reshards_after_forward else 1
+        redo = layout.forward_passes - 1 if options.zero3_max_live_params is not None else 0
+        gathers = 2 + redo if layout.reshards_after_forward else 1
     return _ZeroTraffic(gather_s, scatter_s, gathers,
                         _Call("all_gather", Group.DP_CP, link, gather_bytes, gather),
                         _Call("reduce_scatter", Group.DP_CP, link, scatter_bytes, scatter))
 
 
 def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLinks,
-                         calib: Calibration, shape: StageShape, compute: PassTimes) -> float:
+                         calib: Calibration, shape: StageShape, compute: PassTimes,
+                         options: CostOptions = DEFAULT_OPTIONS) -> float:
     """Exposed ZeRO-2/3 traffic per micro-batch: gathers prefetched one layer ahead.
 
     The forward gathers each layer while the previous one computes, so only what exceeds the
@@ -563,7 +571,7 @@ def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLin
     """
     if layout.zero3_per_step:
         return 0.0  # gathered once per step under pipelining (see _dp_exposed)
-    traffic = _zero_traffic(model, layout, job, links, calib, shape)
+    traffic = _zero_traffic(model, layout, job, links, calib, shape, options)
     if traffic is None:
         return 0.0
     layers = max(1, shape.layers)
@@ -584,9 +592,10 @@ def _overlapped(comm_s: float, window_s: float, calib: Calibration) -> float:
 
 
 def _record_zero(ledger: _Ledger, model: Model, layout: Layout, job: Job, links: GroupLinks,
-                 calib: Calibration, shape: StageShape, m: int, exposed_s: float) -> None:
+                 calib: Calibration, shape: StageShape, m: int, exposed_s: float,
+                 options: CostOptions = DEFAULT_OPTIONS) -> None:
     """Ledger rows for ZeRO-2/3 over a whole step, sharing out the exposed time."""
-    traffic = _zero_traffic(model, layout, job, links, calib, shape)
+    traffic = _zero_traffic(model, layout, job, links, calib, shape, options)
     if traffic is None or layout.zero3_per_step:
         return
     per_microbatch = traffic.gathers * traffic.gather_s + traffic.scatter_s

@@ -128,7 +128,7 @@ def memory_table(rows: Sequence[tuple[str, Estimate]]) -> Table:
         table.add_column(name, justify="left" if name == "#" else "right")
     for label, est in rows:
         m = est.memory
-        other = m.framework_bytes + m.fragmentation_bytes
+        other = m.framework_bytes + m.fragmentation_bytes + m.overhead_bytes
         table.add_row(label, *(gib(v) for v in (
             m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes,
             m.logits_bytes, m.moe_buffers_bytes, other, m.total_bytes, m.capacity_bytes)),

@@ -119,7 +119,8 @@ class _Search:
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         self.stats.memory_checks += 1
-        memory = memory_estimate(self.model, self.cluster, self.job, layout)
+        memory = memory_estimate(self.model, self.cluster, self.job, layout,
+                                 profile=self.profile)
         self.stats.saw(layout, memory)
         return memory
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from placer.dims import Dim, Group, Part
 from placer.spec.base import Output
 from placer.spec.layout import Layout
-from placer.spec.profile import CollectiveName, LinkProfile
+from placer.spec.profile import CollectiveName, GemmProfile, LinkProfile
 from placer.spec.results import Estimate
 
 RANKMAP_FORMAT = "placer-rankmap/1"
@@ -358,7 +358,8 @@ class RealModelCandidate(Output):
     tokens_per_s: float | None
     predicted_memory_bytes: int | None = Field(
         description="placer's peak less CUDA context/NCCL and fragmentation (eager PyTorch)")
-    predicted_memory_parts_bytes: dict[str, int]
+    predicted_memory_parts_bytes: dict[str, int] = Field(
+        description="the memory model's own parts (before a profile's memory terms)")
     peak_allocated_bytes: int | None = Field(
         description="the worst rank's peak: max_memory_allocated on GPUs, live bytes on CPU")
     peak_reserved_bytes: int | None
@@ -379,6 +380,11 @@ class RealModelResults(Output):
     launcher: str
     steps: int
     compared_memory: str
+    gpu: str = Field(description="the plan's GPU: what the predictions (and a profile fitted "
+                     "from these results) are for")
+    gemm: GemmProfile = Field(description="the GEMM constants the step-time predictions used")
+    profile: LinkProfile | None = Field(description="the --profile predictions used (null: "
+                                        "the cost model's presets)")
     candidates: list[RealModelCandidate]
     max_abs_memory_relative_error: float | None
     calibration: Calibration | None = None

@@ -20,6 +20,9 @@ A file looks like::
       bandwidth_bytes_per_s: 4.6e10
     gemm:                        # optional achieved compute efficiency
       max_efficiency: 0.62
+    memory:                      # optional, fitted from verify --real-model peaks
+      activation_scale: 1.09
+      overhead_bytes: 1500000
 """
 
 from __future__ import annotations
@@ -87,6 +90,30 @@ class GemmProfile(Spec):
     )
 
 
+class MemoryProfile(Spec):
+    """Peak-memory terms fitted from measured runs of real models (``placer calibrate
+    --real-model``), over all measured candidates at once, never per candidate.
+
+    The memory model counts weights, gradients and optimizer state exactly; what it estimates is
+    the dynamic part (activations saved for backward, logits and loss buffers, MoE buffers,
+    ZeRO-3 gathers). A measured peak is modelled as
+    ``static + activation_scale x dynamic + overhead_bytes``: the scale takes what the per-token
+    activation count misses in this run environment (saved temporaries, allocator rounding), the
+    overhead the live bytes a rank holds beyond the model's tensors (inputs, the loss, optimizer
+    temporaries, communication buffers the framework allocates).
+    """
+
+    activation_scale: float = Field(
+        ge=0.1, le=10.0, description="measured / predicted dynamic memory (activations, logits, "
+        "buffers, ZeRO-3 gathers)")
+    overhead_bytes: int = Field(
+        default=0, ge=0, le=2**40, description="live bytes per rank beyond the model's tensors")
+    device: str | None = Field(default=None, max_length=16,
+                               description="where the peaks were measured: cuda or cpu")
+    fitted_candidates: int | None = Field(default=None, ge=1,
+                                          description="measured runs the terms were fitted over")
+
+
 class LinkProfile(Spec):
     """Measured link and compute figures for one cluster (``--profile FILE``)."""
 
@@ -98,6 +125,8 @@ class LinkProfile(Spec):
     )
     inter_node: LinkClassProfile | None = Field(default=None, description="the network, per GPU")
     gemm: GemmProfile | None = None
+    memory: MemoryProfile | None = Field(
+        default=None, description="peak-memory terms fitted from real-model runs")
 
 
 def load_link_profile(path: Path) -> LinkProfile:

@@ -42,6 +42,8 @@ class MemoryBreakdown(Output):
     moe_buffers_bytes: int
     framework_bytes: int = Field(description="CUDA context, NCCL buffers, workspaces")
     fragmentation_bytes: int = Field(description="allocator fragmentation allowance")
+    overhead_bytes: int = Field(default=0, description="measured live bytes beyond the model's "
+                                "tensors (a calibrated profile's memory.overhead_bytes)")
     total_bytes: int
     capacity_bytes: int = Field(description="usable GPU memory after the job's headroom")
     worst_stage: int

@@ -75,14 +75,20 @@ def _weighted_rows(points: Sequence[TimedPoint]) -> list[tuple[float, float, flo
 
 def _solve_two(points: Sequence[TimedPoint]) -> tuple[float, float] | None:
     """Unconstrained weighted least squares for (alpha, beta); None if singular."""
-    rows = _weighted_rows(points)
+    return least_squares_two(_weighted_rows(points))
+
+
+def least_squares_two(rows: Sequence[tuple[float, float, float]], tolerance: float = 1e-12
+                      ) -> tuple[float, float] | None:
+    """(x, y) minimising sum (a x + b y - t)^2 over rows (a, b, t); None when the rows cannot
+    separate x from y (the normal equations' determinant within ``tolerance`` of zero)."""
     a11 = sum(x * x for x, _, _ in rows)
     a12 = sum(x * y for x, y, _ in rows)
     a22 = sum(y * y for _, y, _ in rows)
     b1 = sum(x * t for x, _, t in rows)
     b2 = sum(y * t for _, y, t in rows)
     det = a11 * a22 - a12 * a12
-    if det <= 1e-12 * max(a11 * a22, 1e-300):
+    if det <= tolerance * max(a11 * a22, 1e-300):
         return None
     return (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
 

@@ -11,7 +11,9 @@ SwiGLU and fp32 cross-entropy, placer/cost/memory.py). On CPU the measurement is
 bytes, so the prediction compared is the model's total less what only a GPU has (the CUDA
 context and NCCL buffers, ``framework_bytes``, and the caching allocator's fragmentation); on
 GPUs ``max_memory_allocated`` is compared with the same, and ``max_memory_reserved`` with the
-total less ``framework_bytes``.
+total less ``framework_bytes``. With a profile whose memory terms ``placer calibrate
+--real-model`` fitted (placer/verify/memory_fit.py), the prediction compared includes them; the
+parts recorded are always the memory model's own, which is what a later fit starts from.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from placer.cost import estimate
+from placer.cost import calibration_for, estimate
 from placer.cost.memory import memory_estimate
 from placer.cost.options import CostOptions
 from placer.errors import PlacerError
@@ -42,6 +44,7 @@ from placer.spec.profile import LinkProfile
 from placer.spec.results import MemoryBreakdown, Plan
 from placer.verify.feedback import Feedback, fit_compute_scale, scale_gemm
 from placer.verify.fit import median
+from placer.verify.memory_fit import MemoryPoint, fit_memory
 from placer.verify.runner import Launcher
 from placer.verify.session import check_shape, slots_of
 from placer.verify.slurm import JobEnd, SlurmClient, SlurmJob, SlurmOptions, run_jobs
@@ -174,10 +177,23 @@ class MemoryPrediction:
         return b.total_bytes - b.framework_bytes
 
 
-def predict_memory(plan: Plan, index: int, device: str) -> MemoryPrediction:
+def predict_memory(plan: Plan, index: int, device: str,
+                   profile: LinkProfile | None = None) -> MemoryPrediction:
     layout = plan.candidates[index].layout
-    return MemoryPrediction(memory_estimate(plan.model, plan.cluster, plan.job, layout, EAGER),
-                            device)
+    return MemoryPrediction(memory_estimate(plan.model, plan.cluster, plan.job, layout, EAGER,
+                                            profile), device)
+
+
+def memory_point(row: dict[str, Any]) -> MemoryPoint | None:
+    """A finished candidate of a results document as a point of the memory fit."""
+    parts = row["predicted_memory_parts_bytes"]
+    if row["status"] != "ok" or not row["peak_allocated_bytes"] or not parts:
+        return None
+    return MemoryPoint(
+        f"candidate {row['index']} ({row['layout_text']})",
+        parts["weights"] + parts["gradients"] + parts["optimizer"],
+        parts["activations"] + parts["logits"] + parts["moe_buffers"],
+        int(row["peak_allocated_bytes"]))
 
 
 @dataclass
@@ -236,8 +252,8 @@ def _base(plan: Plan, index: int, profile: LinkProfile | None, device: str) -> R
     order = parse_order(cand.mesh_order)
     est = estimate(plan.model, plan.cluster, plan.job, cand.layout, order, slots_of(placement),
                    profile, EAGER)
-    memory = predict_memory(plan, index, device)
-    b = memory.breakdown
+    memory = predict_memory(plan, index, device, profile)
+    b = predict_memory(plan, index, device).breakdown  # the model's own parts, for a later fit
     parts = {"weights": b.weights_bytes, "gradients": b.gradients_bytes,
              "optimizer": b.optimizer_bytes, "activations": b.activations_bytes,
              "logits": b.logits_bytes, "moe_buffers": b.moe_buffers_bytes}
@@ -419,6 +435,12 @@ def refit_real(plan: Plan, profile: LinkProfile, results: list[RealResult]) -> F
                        parse_order(cand.mesh_order), slots_of(placement_of(plan, r.index)),
                        updated, EAGER)
         r.after_refit_step_s = est.step_time_s
+    points = [p for r in ok if (p := memory_point(r.document())) is not None]
+    try:
+        memory = fit_memory(points, ok[0].device or None if ok else None).profile
+        updated = updated.model_copy(update={"memory": memory})
+    except PlacerError as exc:
+        skipped += (f"memory: {exc}",)
     before = profile.gemm.max_efficiency if profile.gemm else None
     after = updated.gemm.max_efficiency if updated.gemm else None
     return Feedback(updated, (), scale, before, after, skipped)
@@ -449,16 +471,21 @@ def real_line(r: RealResult) -> str:
 
 
 def real_document(plan_source: str, launcher: str, steps: int, results: list[RealResult],
+                  plan: Plan, profile: LinkProfile | None,
                   fb: Feedback | None = None) -> dict[str, Any]:
-    """The --real-model results (validated by spec/documents.py's RealModelResults)."""
+    """The --real-model results (validated by spec/documents.py's RealModelResults), with what
+    the predictions used (the GPU, GEMM constants and profile) for ``calibrate --real-model``."""
     from placer.verify.output import feedback_document
 
     errors = [abs(e) for r in results if (e := r.memory_error) is not None and r.status == "ok"]
+    calib = calibration_for(plan.cluster, profile)
     doc: dict[str, Any] = {
         "format": VERIFY_REAL_MODEL_FORMAT, "plan": plan_source, "launcher": launcher,
         "steps": steps, "compared_memory": (
             "CPU: live tensor bytes vs placer's total less framework and fragmentation; "
             "GPU: max_memory_allocated vs the same"),
+        "gpu": calib.gpu.name, "gemm": calib.gemm.model_dump(mode="json"),
+        "profile": None if profile is None else profile.model_dump(mode="json"),
         "candidates": [r.document() for r in results],
         "max_abs_memory_relative_error": max(errors) if errors else None}
     if fb is not None:
@@ -495,6 +522,12 @@ def render_real(doc: dict[str, Any]) -> list[str]:
             if after is not None and step:
                 lines.append(f"  candidate {c['index']}: predicted {after:.3f} s after the "
                              f"refit ({(after - step) / step:+.0%})")
+        memory = calibration["profile"].get("memory")
+        if memory is not None:
+            lines.append(f"refit memory: peaks fit with dynamic memory x "
+                         f"{memory['activation_scale']:.3f} + "
+                         f"{memory['overhead_bytes'] / MIB:.2f} MiB per rank "
+                         f"({memory['fitted_candidates']} candidates)")
         for note in calibration["left_out"]:
             lines.append(f"  left out of the refit: {note}")
     return lines
