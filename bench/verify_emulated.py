@@ -141,6 +141,9 @@ def main() -> int:
     for run, doc in enumerate(docs, 1):
         for line in misordered(doc):
             print(f"  run {run}: {line}")
+    from placer.verify.cpu_cluster import oversubscription_note
+
+    print(oversubscription_note(8) or "every rank had a core of its own")
     if args.json:
         args.json.write_text(json.dumps({"runs": docs, "met": met}, indent=2) + "\n")
     return 0

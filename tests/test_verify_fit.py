@@ -130,3 +130,11 @@ def test_median() -> None:
     assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
     with pytest.raises(ValueError):
         median([])
+
+
+def test_the_emulated_report_names_core_sharing_only_when_ranks_outnumber_cores() -> None:
+    from placer.verify.cpu_cluster import oversubscription_note
+
+    note = oversubscription_note(8, cores=2)
+    assert note is not None and "8 ranks share 2 cores" in note
+    assert oversubscription_note(2, cores=2) is None

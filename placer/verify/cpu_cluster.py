@@ -65,3 +65,20 @@ def emulated_cluster_document(nodes: int, gpus_per_node: int,
 def emulated_cluster(nodes: int, gpus_per_node: int, inter_node_mbit: float | None) -> Cluster:
     return Cluster.model_validate(
         emulated_cluster_document(nodes, gpus_per_node, inter_node_mbit))
+
+
+def oversubscription_note(ranks: int, cores: int | None = None) -> str | None:
+    """One line on what the emulated cluster's predictions leave out when its ranks outnumber
+    the machine's cores: a rank blocked on the network frees its core, so the computing ranks of
+    a network-bound candidate run faster than the calibrated GEMM rate (bench/results/
+    verify_emulated-2026-12-01.txt, run 3). None when every rank has a core."""
+    import os
+
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+    if ranks <= cores:
+        return None
+    return (f"not modelled: {ranks} ranks share {cores} cores here, so while some wait on the "
+            "network the others compute faster than calibrated; network-bound candidates "
+            "(TP or PP across nodes) measure faster than predicted")
