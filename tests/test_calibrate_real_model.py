@@ -72,7 +72,7 @@ def test_check_uses_a_profiles_memory_terms(tmp_path: Path,
     holds 5 GB more than the model's tensors (placer check --profile)."""
     from placer.report.plan import plan_json
     from placer.spec import Job, Model
-    from placer.verify.cpu_cluster import emulated_cluster
+    from placer.verify.cpu_cluster import emulated_cluster, emulated_cluster_document
     from placer.verify.plans import plan_for_layouts
 
     model = Model(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
@@ -87,3 +87,14 @@ def test_check_uses_a_profiles_memory_terms(tmp_path: Path,
     code, out, _ = cli(["check", str(tmp_path / "plan.json"), "--profile",
                         str(tmp_path / "big.yaml")], capsys)
     assert code == 1 and "memory-over-capacity" in out, out
+    # recommend-layout's search reads the same terms: nothing fits under that profile.
+    (tmp_path / "model.json").write_text(model.model_dump_json())
+    (tmp_path / "cpu.json").write_text(json.dumps(emulated_cluster_document(1, 2, None)))
+    args = ["recommend-layout", "--model", str(tmp_path / "model.json"), "--cluster",
+            str(tmp_path / "cpu.json"), "--seq-len", "64", "--global-batch", "2", "--top", "1",
+            "--no-what-if", "--quiet"]
+    code, out, err = cli(args, capsys)
+    assert code == 0, err
+    code, _, err = cli(args + ["--profile", str(tmp_path / "big.yaml")], capsys)
+    assert_one_line_error(code, err)
+    assert "no layout fits in GPU memory" in err
