@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 from helpers_cli import cli
 
@@ -179,6 +180,10 @@ def test_calibrate_fits_memory_terms_that_predict_the_measured_peaks_closer(
     assert "rms error" in out and "fitted over 4 candidates" in out
     profile = load_link_profile(tmp_path / "cal.yaml")
     assert profile.memory is not None and profile.memory.device == "cpu"
+    code, schema_text, err = cli(["schema", "profile"], capsys)
+    assert code == 0, err
+    jsonschema.validate(yaml.safe_load((tmp_path / "cal.yaml").read_text()),
+                        json.loads(schema_text))
     base = load_link_profile(PROFILE)
     assert profile.intra_node == base.intra_node and profile.inter_node == base.inter_node
     # verify --calibrate fits the same terms over the same runs, and the same compute scale.
