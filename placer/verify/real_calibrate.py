@@ -123,4 +123,8 @@ def real_report_lines(cal: RealCalibration) -> list[str]:
     else:
         lines.append(f"compute    step times fit with compute x {cal.compute_scale:.3f}: GEMM "
                      f"max efficiency {cal.gemm_before:.4g} -> {cal.gemm_after:.4g}")
+        if cal.gemm_after is not None and cal.gemm_after >= 1.0:
+            lines.append("    capped at 1: the steps ran faster than the GPU peak the plan "
+                         "assumes allows; measure the GEMMs first (placer calibrate) and verify "
+                         "with --profile")
     return lines
