@@ -112,10 +112,12 @@ class Case:
         return list(stages) if stages else [layers // layout.pp] * layout.pp
 
 
-def write_cases(root: Path, framework_versions: tuple[str, ...] = ()) -> list[Case]:
-    """Every example candidate's launch files, one folder each."""
+def write_cases(root: Path, framework_versions: tuple[str, ...] = (),
+                plans: list[Path] | None = None) -> list[Case]:
+    """Every candidate's launch files, one folder each: of the example plans, or of ``plans``
+    (each named by its folder, as bench/recipes.py --emit writes them)."""
     cases = []
-    for plan_path in EXAMPLE_PLANS:
+    for plan_path in EXAMPLE_PLANS if plans is None else plans:
         plan = load_plan(plan_path)
         for index in range(len(plan.candidates)):
             case_id = f"{plan_path.parent.name}#{index}"

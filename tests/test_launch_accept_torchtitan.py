@@ -43,7 +43,9 @@ def _assert_matches_plan(case: Case, got: dict[str, Any], output: str) -> None:
     assert (training["global_batch_size"], training["seq_len"]) == (
         job.global_batch_size, job.seq_len), case.id
     recompute = {"none": ("NoneType", "none"), "selective": ("SelectiveAC.Config", "selective"),
-                 "full": ("FullAC.Config", "full")}[layout.recompute]
+                 "full": ("FullAC.Config", "full"),
+                 # op-level SAC: 0.3's SelectiveAC is per-op; 0.2 says selective_ac_option "op"
+                 "op": ("SelectiveAC.Config", "selective")}[layout.recompute]
     assert got["activation_checkpoint"] in recompute, case.id
     if layout.pp == 1:
         assert "chunks" not in got

@@ -9,7 +9,8 @@ an error. They then go into ``TransformerConfig`` and ``DistributedDataParallelC
 arguments.py's ``core_transformer_config_from_args`` (L1306-1331) passes them, so megatron-core's
 own ``__post_init__`` checks run on them. ``RankGenerator`` (parallel_state.py, the generator
 ``initialize_model_parallel`` uses, L775-806) then gives every process group for the order the
-flags select, for comparison with rankmap.json. No stubs: all of this runs on a CPU.
+flags select, for comparison with rankmap.json. One stub, forced by a CPU-only machine: the
+Transformer Engine version MoE FP8 configs ask for (``_stub_te_version``).
 
 megatron_bridge_overrides.yaml (Megatron-Bridge 0.3.1 ConfigContainer sections): its ``model``
 section goes into megatron-core's ``TransformerConfig`` (Bridge's ``GPTModelProvider`` is one)
@@ -260,7 +261,31 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _stub_te_version() -> None:
+    """Stub (CPU only): Transformer Engine is a CUDA build and cannot be installed here, but
+    TransformerConfig asks its version for MoE with FP8 (transformer_config.py: TE >= 1.7 for
+    MoE FP8, >= 1.11 for FP8 grouped GEMM). Its version is taken as the lowest the megatron-core
+    wheel itself pins (its ``dev`` extra: transformer-engine>=2.9.0a0,<2.12.0), read from the
+    wheel's metadata; with TE installed, nothing is stubbed."""
+    import importlib.metadata as metadata
+    import importlib.util
+    import re
+
+    from megatron.core import utils
+    from packaging.version import Version
+
+    if importlib.util.find_spec("transformer_engine") is not None:
+        return
+    pins = [r for r in metadata.requires("megatron-core") or []
+            if r.startswith("transformer-engine")]
+    found = re.search(r">=\s*([0-9][0-9A-Za-z.]*)", pins[0]) if pins else None
+    if found is None:
+        raise RuntimeError(f"megatron-core declares no transformer-engine lower bound: {pins}")
+    utils._te_version = Version(found.group(1))
+
+
 def main() -> None:
+    _stub_te_version()
     for case in json.loads(Path(sys.argv[1]).read_text()):
         try:
             result = check(case)
