@@ -12,7 +12,7 @@ pipeline stage the ``tp x cp x dp`` points, flattened in mesh order, are split a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import permutations
@@ -142,28 +142,23 @@ class MeshGrid:
             return [i * self.strides[dim] for i in range(self.sizes[dim])]
         return self.groups(dim)[0]
 
-    def coords_function(self) -> Callable[[int], dict[str, int]]:
-        """``coords`` as straight-line arithmetic (same keys, same values; ~5x faster, which
-        matters for rank maps of 100,000 ranks)."""
+    def coords_of(self, indices: Sequence[int]) -> list[dict[str, int]]:
+        """``coords`` of many indices, computed a dimension at a time (same keys, same values;
+        several times faster, which matters for rank maps of 100,000 ranks)."""
         sizes, strides = self.sizes, self.strides
-        dense = [(d, strides[d], sizes[d]) for d in DENSE_DIMS]
-        local_steps = []
-        step = 1
+        columns = {d: [(i // strides[d]) % sizes[d] for i in indices] for d in DENSE_DIMS}
+        local, step = [0] * len(indices), 1
         for d in self.order:
             if d != Dim.PP:
-                local_steps.append((strides[d], sizes[d], step))
+                local = [so_far + c * step for so_far, c in zip(local, columns[d], strict=True)]
                 step *= sizes[d]
         etp, ep = self.layout.etp, self.layout.ep
-
-        def coords(index: int) -> dict[str, int]:
-            out: dict[str, int] = {d: (index // stride) % size for d, stride, size in dense}
-            local = sum(((index // stride) % size) * mult for stride, size, mult in local_steps)
-            out[Dim.ETP] = local % etp
-            out[Dim.EP] = (local // etp) % ep
-            out[Dim.EDP] = local // (etp * ep)
-            return out
-
-        return coords
+        columns[Dim.ETP] = [x % etp for x in local]
+        columns[Dim.EP] = [(x // etp) % ep for x in local]
+        columns[Dim.EDP] = [x // (etp * ep) for x in local]
+        keys = list(columns)
+        rows = zip(*columns.values(), strict=True)
+        return [dict(zip(keys, values, strict=True)) for values in rows]
 
     def iter_coords(self) -> Iterator[dict[str, int]]:
         for index in range(self.size):

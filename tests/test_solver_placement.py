@@ -35,6 +35,7 @@ from placer.solver.segments import (
 )
 from placer.spec import Cluster, Job, Layout
 from placer.spec.presets import cluster_preset
+from placer.spec.results import RankEntry
 from placer.topology import topology_of
 
 JOB = Job(seq_len=4096, global_batch_size=960)
@@ -201,9 +202,21 @@ def test_orders_that_split_tp_across_nodes_are_dropped() -> None:
 ])
 def test_fast_coords_equal_the_mesh_grid(layout: Layout, order: tuple[str, ...]) -> None:
     grid = MeshGrid(layout, order)
-    fast = grid.coords_function()
-    for index in range(layout.num_gpus):
-        assert fast(index) == grid.coords(index)
+    indices = [*range(layout.num_gpus)][::-1]
+    assert grid.coords_of(indices) == [grid.coords(i) for i in indices]
+    assert list(grid.coords_of([3])[0]) == list(grid.coords(3))  # the same keys, in order
+
+
+def test_rank_entries_are_what_model_construct_makes() -> None:
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    layout = Layout(tp=2, pp=2, dp=4)
+    entry = rank_map(layout, order_placements(layout, topology_of(cluster), JOB)[0],
+                     topology_of(cluster))[5]
+    made = RankEntry.model_construct(**entry.__dict__)
+    assert entry == made and vars(entry) == vars(made)
+    assert entry.model_fields_set == made.model_fields_set
+    assert entry.model_dump_json() == made.model_dump_json()
+    assert RankEntry.model_validate(entry.model_dump()) == entry
 
 
 def test_rank_map_of_the_natural_placement_is_the_identity() -> None:
