@@ -33,7 +33,7 @@ from placer.solver.reasons import memory_reason, no_degrees_reason
 from placer.solver.select import select_top
 from placer.solver.space import Degrees, degree_tuples, divisors, layout_key
 from placer.solver.stages import split_for_types
-from placer.solver.table import Row, TableStats, build_table
+from placer.solver.table import CostMemo, Row, TableStats, build_table
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout, pipeline_stage_layers
@@ -251,11 +251,12 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     Raises InfeasibleError with the tightest reason when no layout can run.
     """
     started = time.perf_counter()
-    first = _ranked(model, cluster, job, top_k, profile, time_limit_s, among)
+    memo = CostMemo()  # the validated search costs the same job under one more constraint
+    first = _ranked(model, cluster, job, top_k, profile, time_limit_s, among, memo)
     picks, note = prefer_validated(
         first.placed[:top_k], job,
         lambda validated: _ranked(model, cluster, validated, top_k, profile, time_limit_s,
-                                  among).placed[:top_k], top_k)
+                                  among, memo).placed[:top_k], top_k)
     candidates = [_candidate(p, model, cluster, job, first.space.topology, rank_maps)
                   for p in picks]
     if note:
@@ -276,7 +277,7 @@ class _Searched:
 
 
 def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkProfile | None,
-            time_limit_s: float, among: Sequence[Degrees] | None) -> _Searched:
+            time_limit_s: float, among: Sequence[Degrees] | None, memo: CostMemo) -> _Searched:
     """The table, CP-SAT's picks and each pick's best placement, ranked (``recommend``)."""
     started = time.perf_counter()
     space = search_space(model, cluster, job)
@@ -284,7 +285,8 @@ def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkP
     if among is not None:
         kept = set(among)
         degrees = [d for d in degrees if d in kept]
-    rows, table = build_table(model, cluster, job, degrees, keep=top_k, profile=profile)
+    rows, table = build_table(model, cluster, job, degrees, keep=top_k, profile=profile,
+                              memo=memo)
     if not rows:
         reason = memory_reason(model, cluster, job, table)
         if space.note:

@@ -105,13 +105,28 @@ class _Node:
     """For a pair its own probe; for a tuple the probe of its largest micro-batch."""
 
 
+@dataclass
+class CostMemo:
+    """Costs already computed for one model, cluster, job and profile, by ``layout_key``.
+
+    A job's constraints change no cost (they only say which layouts may run), so a search of
+    the same job under more constraints (prefer.py's validated search) looks its layouts up
+    here instead of costing them again; so does a memory check of a layout already estimated.
+    The search builds every layout with ``Degrees.layout``, whose ``layout_key`` names it whole.
+    """
+
+    estimates: dict[tuple[int, ...], Estimate] = field(default_factory=dict)
+    memory: dict[tuple[int, ...], MemoryBreakdown] = field(default_factory=dict)
+
+
 class _Search:
     """Cost-model calls for one search, counted, with the bound checks."""
 
     def __init__(self, model: Model, cluster: Cluster, job: Job, profile: LinkProfile | None,
-                 keep: int, bounded: bool) -> None:
+                 keep: int, bounded: bool, memo: CostMemo | None = None) -> None:
         self.model, self.cluster, self.job, self.profile = model, cluster, job, profile
         self.keep, self.bounded = keep, bounded
+        self.memo = memo if memo is not None else CostMemo()
         self.stats = TableStats()
         self.best_by_tuple: dict[Degrees, float] = {}
         self.threshold = float("inf")
@@ -119,14 +134,24 @@ class _Search:
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         self.stats.memory_checks += 1
-        memory = memory_estimate(self.model, self.cluster, self.job, layout,
-                                 profile=self.profile)
+        key = layout_key(layout)
+        memory = self.memo.memory.get(key)
+        if memory is None:
+            memory = memory_estimate(self.model, self.cluster, self.job, layout,
+                                     profile=self.profile)
+            self.memo.memory[key] = memory
         self.stats.saw(layout, memory)
         return memory
 
     def estimate(self, layout: Layout) -> Estimate:
         self.stats.estimates += 1
-        return estimate(self.model, self.cluster, self.job, layout, profile=self.profile)
+        key = layout_key(layout)
+        est = self.memo.estimates.get(key)
+        if est is None:
+            est = estimate(self.model, self.cluster, self.job, layout, profile=self.profile)
+            self.memo.estimates[key] = est
+            self.memo.memory.setdefault(key, est.memory)
+        return est
 
     def check(self, bound_s: float, actual_s: float) -> None:
         if actual_s < bound_s - BOUND_SLACK * max(1.0, abs(bound_s)):
@@ -254,8 +279,8 @@ def _expand(search: _Search, pair: _Node) -> None:
 
 
 def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], keep: int,
-         profile: LinkProfile | None, bounded: bool) -> _Search:
-    search = _Search(model, cluster, job, profile, keep, bounded)
+         profile: LinkProfile | None, bounded: bool, memo: CostMemo | None) -> _Search:
+    search = _Search(model, cluster, job, profile, keep, bounded, memo)
     stats = search.stats
     stats.degree_tuples = len(degrees_list)
     heap: list[_Node] = []
@@ -295,12 +320,15 @@ def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degree
 
 
 def build_table(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], *,
-                keep: int, profile: LinkProfile | None = None) -> tuple[list[Row], TableStats]:
-    """Costed rows that fit, enough to hold the best ``keep`` distinct candidates exactly."""
-    search = _run(model, cluster, job, degrees_list, keep, profile, bounded=True)
+                keep: int, profile: LinkProfile | None = None,
+                memo: CostMemo | None = None) -> tuple[list[Row], TableStats]:
+    """Costed rows that fit, enough to hold the best ``keep`` distinct candidates exactly.
+    ``memo`` carries costs between searches of the same inputs but for the job's constraints."""
+    memo = memo if memo is not None else CostMemo()
+    search = _run(model, cluster, job, degrees_list, keep, profile, bounded=True, memo=memo)
     if search.stats.bound_violations:
         violations = search.stats.bound_violations
-        search = _run(model, cluster, job, degrees_list, keep, profile, bounded=False)
+        search = _run(model, cluster, job, degrees_list, keep, profile, bounded=False, memo=memo)
         search.stats.bound_violations = violations
         search.stats.exhaustive = True
     return pareto_rows(search.rows), search.stats
