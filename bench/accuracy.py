@@ -410,6 +410,28 @@ COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506"}
 # Sources whose launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
 # run_llama_train.sh (torchtitan@9dec370, line 22). Trainy launched torchrun directly.
 EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
+# Megatron-Bridge's performance launcher sets it per workload, not for every run
+# (NVIDIA-NeMo/Megatron-Bridge@00919dcf1fe13c0acf65e131f244378f0a6cd2b5
+# scripts/performance/perf_plugins.py _set_model_specific_environment_variables): Llama 3.1
+# 405B pretraining on GB200 in fp8_cs / fp8_mx, and DeepSeek-V3 pretraining on H100 and GB200.
+# (model name, GPU, precision words) -> whether the record's run had it; precision None: any.
+BRIDGE_EXPANDABLE_SEGMENTS = ((("405b",), "gb200", ("fp8", "mxfp8", "fp8-cs", "fp8-mx")),
+                              (("deepseekv3", "deepseek-v3"), "gb200", None),
+                              (("deepseekv3", "deepseek-v3"), "h100", None))
+
+
+def bridge_expandable_segments(record: dict[str, Any]) -> bool:
+    """Whether Megatron-Bridge's launcher ran this record's workload with expandable segments."""
+    if record["source_id"] not in MEGATRON_BRIDGE_SOURCES:
+        return False
+    name = record["model"]["name"].lower().replace("_", "")
+    gpu = record["hardware"]["gpu_type"].lower()
+    precision = (record.get("precision") or "").lower().split()[0]
+    return any(any(m in name for m in models) and gpu.startswith(g)
+               and (words is None or precision in words)
+               for models, g, words in BRIDGE_EXPANDABLE_SEGMENTS)
+
+
 # Sources that ran Megatron-LM's GPT scripts with its default dropout (megatron/arguments.py:
 # --hidden-dropout 0.1, --attention-dropout 0.1): the SC21 scripts do not override them, nor does
 # BLOOM's bigscience-workshop/bigscience@003b250 train/tr11-176B-ml/tr11-176B-ml.slurm (its
@@ -422,6 +444,9 @@ UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BL
 # with attn_impl flash (mosaicml/llm-foundry@003ac6a setup.py: the 'gpu' extra pins
 # flash-attn==2.7.4.post1).
 FA2_ATTENTION_SOURCES = {"LLMFOUNDRY_MPT"}
+# Sources whose loss is flash-attn's fused CrossEntropyLoss: llm-foundry's ComposerMPTCausalLM
+# (llmfoundry/models/mpt/modeling_mpt.py: loss_fn defaults to 'fused_crossentropy').
+FLASH_ATTN_LOSS_SOURCES = {"LLMFOUNDRY_MPT"}
 # DeepSpeed's pipeline engine reduces gradients in a step after the last micro-batch
 # (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep).
 # MT-NLG 530B ran DeepSpeed's pipeline engine with Megatron's tensor slicing (arXiv:2201.11990).
@@ -447,13 +472,16 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
-                       expandable_segments=source in EXPANDABLE_SEGMENTS_SOURCES,
+                       expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
+                                            or bridge_expandable_segments(record)),
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        # DeepEP's kernels (Megatron's flex dispatcher; NeMo AutoModel's
                        # "TE + DeepEP" rows) instead of NCCL's all-to-all.
                        moe_dispatcher="flex" if "deepep" in notes.lower() else "alltoall",
-                       zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None)
+                       zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
+                       cross_entropy_impl="flash_attn" if source in FLASH_ATTN_LOSS_SOURCES
+                       else "native")
 
 
 def eq3_flops_per_token(model: Model, seq: int) -> float:

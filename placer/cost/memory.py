@@ -71,6 +71,12 @@ COMPILED_LOSS_PEAK_BYTES_PER_ENTRY = 4
 # and its backward kernel stores the gradient into them in place: 2 bytes per entry (plus 12 per
 # token of fp32 max/sum/target logit, negligible beside the vocabulary).
 TE_LOSS_PEAK_BYTES_PER_ENTRY = 2
+# The flash-attn package's fused CrossEntropyLoss (flash_attn/ops/triton/cross_entropy.py;
+# llm-foundry's MPT uses it by default: llmfoundry/models/mpt/modeling_mpt.py
+# ComposerMPTCausalLM, loss_fn 'fused_crossentropy', called on the bf16 logits) saves its bf16
+# input and fp32 log-sum-exp per token, and without inplace_backward (its default) writes the
+# gradient into a new tensor of the logits' dtype: 2 + 2 bytes per entry at the peak.
+FLASH_ATTN_LOSS_PEAK_BYTES_PER_ENTRY = 4
 # Token ids held per in-flight micro-batch on the first stage (int64, Megatron's estimator 8*s*b);
 # with hidden dropout the embedding's dropout mask adds one byte per element (s*b*h).
 EMBEDDING_ID_BYTES_PER_TOKEN = 8
@@ -300,6 +306,8 @@ def loss_peak_bytes_per_entry(options: CostOptions) -> int:
         return COMPILED_LOSS_PEAK_BYTES_PER_ENTRY
     if options.fused_kernels and options.cross_entropy_impl == "te":
         return TE_LOSS_PEAK_BYTES_PER_ENTRY
+    if options.cross_entropy_impl == "flash_attn":
+        return FLASH_ATTN_LOSS_PEAK_BYTES_PER_ENTRY
     if options.fused_kernels:
         return FUSED_LOSS_PEAK_BYTES_PER_ENTRY
     return EAGER_LOSS_PEAK_BYTES_PER_ENTRY

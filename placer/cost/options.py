@@ -37,10 +37,12 @@ class CostOptions:
     expandable_segments: bool = False
     """``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (torchtitan's run_train.sh, NeMo's
     performance executors): no fragmentation allowance (memory._fragmentation)."""
-    cross_entropy_impl: Literal["native", "te"] = "native"
+    cross_entropy_impl: Literal["native", "te", "flash_attn"] = "native"
     """Fused cross-entropy kernel (Megatron --cross-entropy-fusion-impl): ``native`` Megatron's
     vocab-parallel one on fp32 logits; ``te`` Transformer Engine's, which keeps the bf16 logits and
-    writes the gradient into them (memory.TE_LOSS_PEAK_BYTES_PER_ENTRY)."""
+    writes the gradient into them (memory.TE_LOSS_PEAK_BYTES_PER_ENTRY); ``flash_attn`` the
+    flash-attn package's CrossEntropyLoss (llm-foundry's MPT), which keeps the bf16 logits and
+    writes a new bf16 gradient (memory.FLASH_ATTN_LOSS_PEAK_BYTES_PER_ENTRY)."""
     compiled_loss: bool = False
     """The loss is torch.compile'd (torchtitan's --training.compile): it keeps only the bf16
     logits, not an fp32 log-softmax (memory.COMPILED_LOSS_PEAK_BYTES_PER_ENTRY)."""
