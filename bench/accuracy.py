@@ -301,7 +301,15 @@ def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
         fp16_grads = True
         notes.append(f"default: gradient dtype not stated: bf16, the {recipe}'s "
                      "grad_reduce_in_fp32=False")
-    optimizer = Optimizer(grad_bytes=2 if fp16_grads else 4)
+    # Megatron-Bridge's fp8_cs precision (scripts/performance/utils/precision.py:
+    # bf16_with_fp8_current_scaling_mixed) sets fp8_param_gather=True
+    # (src/megatron/bridge/training/mixed_precision.py, Bridge@00919dc): 1-byte working weights,
+    # as placer.spec.runtime reads fp8_param_gather. Not MXFP8 or NVFP4 rows (other recipes).
+    current_scaling = text.split()[0] in ("fp8", "fp8-cs") if text else False
+    fp8_weights = record["source_id"] in MEGATRON_BRIDGE_SOURCES and current_scaling
+    if fp8_weights:
+        notes.append("default: FP8 weights (Megatron-Bridge fp8_cs: fp8_param_gather=True)")
+    optimizer = Optimizer(grad_bytes=2 if fp16_grads else 4, param_bytes=1 if fp8_weights else 2)
     return ("fp8" if fp8 else "bf16"), optimizer, notes
 
 
@@ -398,7 +406,7 @@ def case_for(record: dict[str, Any]) -> Case:
 
 # Short tags printed on every row that relies on a framework default (--verbose gives the rest).
 DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
-                "ZeRO-3": "DeepSpeed fetch"}
+                "ZeRO-3": "DeepSpeed fetch", "FP8": "fp8 weights"}
 
 
 # Sources that ran torchtitan (local batch sizes, op-level SAC as "selective", eager modules).
