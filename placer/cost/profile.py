@@ -39,21 +39,21 @@ PCIE_EFFICIENCY = 12.0 / 16.0
 NETWORK_EFFICIENCY = 47.0 / 50.0
 
 # --- Compute efficiencies per GPU family, fitted by bench/fit_compute.py -------------------------
-# max_efficiency: large BF16 GEMMs, fraction of the dense BF16 peak.
-# fp8_max_efficiency: large FP8 GEMMs, fraction of the dense FP8 peak.
-# half_efficiency_flops: a GEMM of this many FLOPs reaches half of the max (fixed per-kernel cost).
+# max_efficiency / fp8_max_efficiency: large GEMMs, fraction of the dense peak: the GPU's MAMF
+#   microbenchmark (MAMF_EFFICIENCY below; gemm_for puts each GPU's own there), not fitted.
+# half_efficiency_flops: a GEMM of this many FLOPs at the ceiling rate lasts as long as the fixed
+#   time per GEMM kernel (launch, prologue, tail) that compute.gemm_times adds to every GEMM.
 # attention_efficiency: fused attention kernels, fraction of the BF16 peak.
 GEMM_BY_FAMILY: dict[str, GemmProfile] = {
-    # A100 rows all ran unfused attention (2021-2022), so attention_efficiency is not fitted
-    # there and fused attention falls back to max_efficiency. B200 holds GB200's rows too
-    # (CONSTANT_FAMILY); H100 holds H200's. B200's BF16 rows are all MoE, so its BF16 GEMM
-    # efficiency is not fitted (the dispatcher's cost would be absorbed into it): H100's.
-    # attention_efficiency is cuDNN's / FlashAttention-3's (compute.FA2_RELATIVE_THROUGHPUT).
-    "A100": GemmProfile(max_efficiency=0.715, half_efficiency_flops=5.88e+09),
-    "H100": GemmProfile(max_efficiency=0.764, fp8_max_efficiency=0.709,
-                        half_efficiency_flops=4.4e+10, attention_efficiency=0.375),
-    "B200": GemmProfile(max_efficiency=0.764, fp8_max_efficiency=0.579,
-                        half_efficiency_flops=6.68e+10, attention_efficiency=0.367),
+    # B200 holds GB200's rows too (CONSTANT_FAMILY); H100 holds H200's. attention_efficiency is
+    # cuDNN's / FlashAttention-3's on Hopper and later (compute.FA2_RELATIVE_THROUGHPUT), and
+    # FlashAttention-2's on A100 (llm-foundry's A100 rows).
+    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=2.19e+09,
+                        attention_efficiency=0.341),
+    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=2.16e+10,
+                        attention_efficiency=0.397),
+    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=3.28e+10,
+                        attention_efficiency=0.305),
 }
 # Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
 # of 100 timed iterations over a brute-force search of BF16 / FP8 (e4m3) matmul shapes,
@@ -79,7 +79,7 @@ DEFAULT_SM_COUNT = 132
 # same GPU runs every rank's kernels at once for minutes, at the power limit, with communication
 # kernels occupying SMs beside it. One constant for every GPU (a mechanism, not a family), fitted
 # by bench/fit_compute.py over all sources jointly.
-GEMM_SUSTAINED_FRACTION = 1.0
+GEMM_SUSTAINED_FRACTION = 0.9
 # Die families with Hopper's tensor-memory accelerator and warpgroup MMA, which FlashAttention-3
 # and cuDNN's fused attention use and FlashAttention-2 does not (compute.FA2_RELATIVE_THROUGHPUT).
 HOPPER_CLASS_FAMILIES = frozenset({"H100", "B200"})
@@ -93,15 +93,16 @@ FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.58
+ELEMENTWISE_TRAFFIC_FACTOR = 2.76
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. Fitted by bench/fit_compute.py jointly over all rows.
-OVERLAP_EFFICIENCY = 0.67
+OVERLAP_EFFICIENCY = 0.956
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
-# set's MoE rows (Megatron-Bridge on H100, B200 and GB200: Qwen3-30B-A3B, GPT-OSS-120B and
-# DeepSeek-V3, FP8 and BF16, micro-batches of 1-4 sequences), jointly with the per-layer time
+# set's MoE rows (two Megatron-Bridge publications on H100, B200 and GB200: Qwen3-30B-A3B and
+# 235B-A22B, GPT-OSS-120B, DeepSeek-V3; NeMo AutoModel with DeepEP on H100; FP8 and BF16,
+# micro-batches of 1-4 sequences), jointly with the per-layer time
 # below, which takes the part that does not grow with the micro-batch. Their shortfall
 # against the rest of the model is proportional to the routed copies, not to the hidden size,
 # so it is charged per copy: the routing map's index work (nonzero, sorts, probability gathers,
@@ -109,18 +110,18 @@ OVERLAP_EFFICIENCY = 0.67
 # Megatron-Core MoE report calls its compute wall (arXiv:2603.07685, section 1). One time for
 # every GPU (host- and launch-bound work). Faster dispatchers (DeepEP, fused permutes) pay less: a
 # measured profile's ``moe_dispatch_s_per_routed_token`` replaces it.
-MOE_DISPATCH_S_PER_ROUTED_TOKEN = 2.48e-08
+MOE_DISPATCH_S_PER_ROUTED_TOKEN = 2.19e-09
 # Fixed time of one MoE layer's token dispatch per pass, whatever the micro-batch: Megatron-Core's
 # all-to-all dispatcher copies the per-expert token counts to the host to size its buffers (a
 # device-to-host sync per layer, moe/token_dispatcher.py; the reason for its
 # --moe-pad-expert-input-to-capacity option) and launches a train of small kernels. Fitted by
 # bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
 # range from 1 to 4 sequences.
-MOE_DISPATCH_S_PER_LAYER = 3.6e-05
+MOE_DISPATCH_S_PER_LAYER = 1.03e-05
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
-ATTENTION_HALF_KEYS = 199
+ATTENTION_HALF_KEYS = 517
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
@@ -210,7 +211,7 @@ class Calibration:
         half = self.gemm.half_efficiency_flops or 0.0
         if precision != "fp8" or self.peak_fp8_flops is None:
             return half
-        bf16_rate = self.peak_bf16_flops * self.gemm.max_efficiency
+        bf16_rate = self.peak_bf16_flops * self.gemm_efficiency("bf16")
         return half * self.peak_flops(precision) * self.gemm_efficiency(precision) / bf16_rate
 
     def measured(self, link: str, collective: str) -> LinkMeasurement | None:

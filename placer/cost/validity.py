@@ -12,12 +12,12 @@ from __future__ import annotations
 from placer.spec.job import Job
 from placer.spec.layout import Layout
 
-MODEL_ERROR = 0.19
+MODEL_ERROR = 0.158
 """Mean throughput error out of sample: ``bench/accuracy.py`` leave-one-source-out (every
-constant fitted on all sources but one, that one predicted), all 130 measured rows of 9 sources:
-18.7 % (per source 3.9-36.6 %; in-sample 8.5 %), at commit 3f5f375 (2026-12-01). Update it with
-that table's "all" row when the cost model changes; bench/recipes.py prints the error on the
-published recipes beside it."""
+fitted constant refitted on all sources but one, that one predicted), all 369 measured rows of 15
+sources: 15.8 % (per source 3.3-38.4 %; in-sample 11.8 %), 2026-12-01 (bench/results/
+accuracy-2026-12-01.txt). Update it with that table's "all" row when the cost model changes;
+bench/recipes.py prints the error on the published recipes beside it."""
 
 MIN_VALIDATED_CP_TOKENS = 4096
 """The fewest tokens per context-parallel rank of any measured run: NeMo 24.07's Llama 3 8B and
