@@ -422,7 +422,10 @@ EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
 # (NVIDIA-NeMo/Megatron-Bridge@00919dcf1fe13c0acf65e131f244378f0a6cd2b5
 # scripts/performance/perf_plugins.py _set_model_specific_environment_variables): Llama 3.1
 # 405B pretraining on GB200 in fp8_cs / fp8_mx, and DeepSeek-V3 pretraining on H100 and GB200.
+# From May 2026 (Bridge@6f24c71 "move expandable flag": scripts/performance/utils/executors.py
+# PERF_ENV_VARS) every performance run sets it: containers from 26.06 on.
 # (model name, GPU, precision words) -> whether the record's run had it; precision None: any.
+BRIDGE_EVERY_RUN_EXPANDABLE_FROM = (26, 6)
 BRIDGE_EXPANDABLE_SEGMENTS = ((("405b",), "gb200", ("fp8", "mxfp8", "fp8-cs", "fp8-mx")),
                               (("deepseekv3", "deepseek-v3"), "gb200", None),
                               (("deepseekv3", "deepseek-v3"), "h100", None))
@@ -432,6 +435,10 @@ def bridge_expandable_segments(record: dict[str, Any]) -> bool:
     """Whether Megatron-Bridge's launcher ran this record's workload with expandable segments."""
     if record["source_id"] not in MEGATRON_BRIDGE_SOURCES:
         return False
+    release = re.search(r"\b(\d\d)\.(\d\d)(?:\.\d\d)? NeMo container",
+                        record.get("source_locator") or "")
+    if release and (int(release[1]), int(release[2])) >= BRIDGE_EVERY_RUN_EXPANDABLE_FROM:
+        return True
     name = record["model"]["name"].lower().replace("_", "")
     gpu = record["hardware"]["gpu_type"].lower()
     precision = (record.get("precision") or "").lower().split()[0]
