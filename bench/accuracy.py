@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from placer.cost import Calibration, calibration_for, estimate_with
 from placer.cost.compute import forward_flops_per_token
@@ -264,8 +264,12 @@ def zero_stage(sharding: str | None) -> int:
 MEGATRON_BRIDGE_SOURCES = ("MBRIDGE_PERF", "MBRIDGE_2608")
 # What a framework's performance configs do about recomputation when a record does not say.
 FRAMEWORK_RECOMPUTE = dict.fromkeys(MEGATRON_BRIDGE_SOURCES, (
-    "Megatron-Bridge's performance configs (recompute_granularity None for Qwen3; GPT-OSS on H100 "
-    "recomputes only layernorm and moe_act, element-wise work not modelled)"))
+    "Megatron-Bridge's performance configs (recompute_granularity None for Qwen3)"))
+# Megatron-Bridge's GPT-OSS-120B performance configs recompute the norms and the expert
+# activation on every GPU type (NVIDIA-NeMo/Megatron-Bridge@00919dcf1fe13c0acf65e131f244378f0a6cd2b5
+# scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, B200/GB200/H100 V1 and
+# the V2 configs derived from them: recompute_modules=["layernorm", "moe_act"]).
+BRIDGE_RECOMPUTE_MODULES = {"gptoss": ("layernorm", "moe_act")}
 
 
 def recompute_mode(text: str | None) -> tuple[str, list[str]]:
@@ -363,7 +367,14 @@ def case_for(record: dict[str, Any]) -> Case:
     if torchtitan and recompute == "selective":
         recompute = "op"
         rnotes.append("selective = torchtitan's op-level SAC (selective_ac_option 'op')")
-    if rnotes and record["source_id"] in FRAMEWORK_RECOMPUTE:
+    modules = layout_rec.get("recompute_modules")
+    bridge_modules = next((m for name, m in BRIDGE_RECOMPUTE_MODULES.items()
+                           if name in _slug(record["model"]["name"])), None)
+    if rnotes and record["source_id"] in MEGATRON_BRIDGE_SOURCES and bridge_modules:
+        recompute, modules = "selective", list(bridge_modules)
+        rnotes = [f"default: selective recompute of {', '.join(bridge_modules)}, as "
+                  "Megatron-Bridge's GPT-OSS performance configs"]
+    elif rnotes and record["source_id"] in FRAMEWORK_RECOMPUTE:
         rnotes = [f"default: recompute not stated: none, as "
                   f"{FRAMEWORK_RECOMPUTE[record['source_id']]}"]
     notes += rnotes
@@ -372,7 +383,6 @@ def case_for(record: dict[str, Any]) -> Case:
     zero = zero_stage(layout_rec.get("dp_sharding"))
     if zero and dp * cp == 1:
         zero = 0
-    modules = layout_rec.get("recompute_modules")
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=layout_rec.get("etp") or 1, vpp=vpp,
                     micro_batch_size=mbs, zero_stage=zero, recompute=recompute,
                     sequence_parallel=bool(sp) and tp > 1,
@@ -406,7 +416,8 @@ def case_for(record: dict[str, Any]) -> Case:
 
 # Short tags printed on every row that relies on a framework default (--verbose gives the rest).
 DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
-                "ZeRO-3": "DeepSpeed fetch", "FP8": "fp8 weights"}
+                "ZeRO-3": "DeepSpeed fetch", "FP8": "fp8 weights",
+                "selective": "Bridge recompute modules"}
 
 
 # Sources that ran torchtitan (local batch sizes, op-level SAC as "selective", eager modules).
@@ -459,9 +470,14 @@ UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BL
 # with attn_impl flash (mosaicml/llm-foundry@003ac6a setup.py: the 'gpu' extra pins
 # flash-attn==2.7.4.post1).
 FA2_ATTENTION_SOURCES = {"LLMFOUNDRY_MPT"}
-# Sources whose loss is flash-attn's fused CrossEntropyLoss: llm-foundry's ComposerMPTCausalLM
-# (llmfoundry/models/mpt/modeling_mpt.py: loss_fn defaults to 'fused_crossentropy').
-FLASH_ATTN_LOSS_SOURCES = {"LLMFOUNDRY_MPT"}
+# Fused cross-entropy kernels (memory.loss_peak_bytes_per_entry): llm-foundry's
+# ComposerMPTCausalLM uses flash-attn's CrossEntropyLoss (llmfoundry/models/mpt/modeling_mpt.py:
+# loss_fn defaults to 'fused_crossentropy'); every Megatron-Bridge performance run uses
+# Transformer Engine's (NVIDIA-NeMo/Megatron-Bridge@00919dcf1fe13c0acf65e131f244378f0a6cd2b5
+# scripts/performance/utils/overrides.py _set_common_perf_overrides: cross_entropy_fusion_impl
+# = "te").
+CROSS_ENTROPY_IMPL: dict[str, Literal["native", "te", "flash_attn"]] = {
+    "LLMFOUNDRY_MPT": "flash_attn", **dict.fromkeys(MEGATRON_BRIDGE_SOURCES, "te")}
 # DeepSpeed's pipeline engine reduces gradients in a step after the last micro-batch
 # (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep).
 # MT-NLG 530B ran DeepSpeed's pipeline engine with Megatron's tensor slicing (arXiv:2201.11990).
@@ -495,8 +511,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        # "TE + DeepEP" rows) instead of NCCL's all-to-all.
                        moe_dispatcher="flex" if "deepep" in notes.lower() else "alltoall",
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
-                       cross_entropy_impl="flash_attn" if source in FLASH_ATTN_LOSS_SOURCES
-                       else "native")
+                       cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"))
 
 
 def eq3_flops_per_token(model: Model, seq: int) -> float:
