@@ -274,7 +274,9 @@ def child_inproc(name: str) -> dict[str, Any]:
 
 def time_command(argv: list[str]) -> dict[str, Any]:
     """Run ``placer recommend-layout ARGV`` in a fresh process: wall time, when the first line
-    of the answer appeared on stdout, and the child's peak resident memory."""
+    of the answer appeared on stdout, the child's CPU time (user + system: what the command
+    costs, less sensitive than wall time to other work on a shared machine) and peak resident
+    memory."""
     placer = Path(sys.executable).with_name("placer")
     started = time.perf_counter()
     first_s = None
@@ -287,10 +289,11 @@ def time_command(argv: list[str]) -> dict[str, Any]:
         err = proc.stderr.read()
         code = proc.wait()
     wall_s = time.perf_counter() - started
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if code != 0:
         return {"error": (err.strip().splitlines() or ["?"])[-1]}
-    return {"wall_s": wall_s, "first_s": first_s, "peak_mib": peak_mib}
+    return {"wall_s": wall_s, "first_s": first_s, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_mib": usage.ru_maxrss / 1024}
 
 
 def _spawn_command(argv: list[str]) -> dict[str, Any]:
@@ -310,12 +313,14 @@ def _load() -> str:
 def run_commands(names: list[str]) -> None:
     """The command as a user runs it, beside the same work timed in a warm process."""
     print("command = placer recommend-layout FLAGS, fresh process, default flags (what-ifs on);")
-    print("  answer = when the first line of the answer reached stdout; peak = its ru_maxrss")
+    print("  answer = when the first line of the answer reached stdout; cpu = its user + system")
+    print("  CPU time; peak = its ru_maxrss")
     print("in-process = the same inputs in one warm process: the main search (recommend) and")
     print("  the whole recommendation (make_plan, what-ifs included)")
     print(f"before: {_load()}")
     print()
-    header = (f"{'problem':<10} {'GPUs':>7} {'command s':>9} {'answer s':>8} {'target':>10} "
+    header = (f"{'problem':<10} {'GPUs':>7} {'command s':>9} {'answer s':>8} {'cpu s':>6} "
+              f"{'target':>10} "
               f"{'peak MiB':>8} {'search s':>8} {'plan s':>7} {'cmd/plan':>8} "
               f"{'cmd/search':>10}  flags")
     print(header)
@@ -333,7 +338,8 @@ def run_commands(names: list[str]) -> None:
             ok = ok and timed["peak_mib"] < command.target_gib * 1024
             target += f",<{command.target_gib:g}G"
         print(f"{name:<10} {inproc['gpus']:>7} {timed['wall_s']:>9.2f} {timed['first_s']:>8.2f} "
-              f"{target:>10} {timed['peak_mib']:>8.0f} {inproc['search_s']:>8.2f} "
+              f"{timed['cpu_s']:>6.2f} {target:>10} {timed['peak_mib']:>8.0f} "
+              f"{inproc['search_s']:>8.2f} "
               f"{inproc['plan_s']:>7.2f} {timed['wall_s'] / inproc['plan_s']:>8.2f} "
               f"{timed['wall_s'] / inproc['search_s']:>10.2f}  {' '.join(command.argv)} "
               f"[{_mark(ok)}]")
