@@ -10,10 +10,12 @@ variable unset and says why.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers_cli import cli
 from helpers_launch import candidate, plan
 
 from placer.cost.memory import FRAGMENTATION_FRACTION, memory_estimate
@@ -85,3 +87,16 @@ def test_nvidias_8b_fp8_script_fits_as_it_ran_and_as_placer_would_launch_it() ->
                               layout)
     assert planned.fragmentation_bytes == 0
     assert planned.total_bytes <= planned.capacity_bytes < as_ran.capacity_bytes
+
+
+def test_the_report_states_the_allocator_it_assumed(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+            "--seq-len", "8192", "--global-batch", "128", "--layout", "tp=1,dp=8,zero=1",
+            "--json"]
+    code, out, err = cli(base, capsys)
+    assert code == 0, err
+    assert any("expandable segments" in line for line in json.loads(out)["defaults_used"])
+    job = Path(__file__).parent / "data" / "llama3_8b_fp8_job.yaml"  # says false
+    code, out, err = cli([*base, "--job", str(job)], capsys)
+    assert code == 0, err
+    assert not any("expandable" in line for line in json.loads(out)["defaults_used"])

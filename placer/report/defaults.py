@@ -150,6 +150,10 @@ def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
         runtime["moe_load_imbalance"] = knobs.moe_imbalance
     if runtime:
         fields["runtime"] = runtime
+    if runtime.get("expandable_segments") is None:
+        used.append("allocator with expandable segments, no fragmentation allowance (placer's "
+                    "env.sh exports PYTORCH_CUDA_ALLOC_CONF; if your launcher does not, set "
+                    "runtime.expandable_segments: false in --job)")
     if knobs.memory_headroom_gib is not None:
         fields["memory_headroom"] = headroom_fraction(knobs.memory_headroom_gib,
                                                       gpu_capacity_bytes)
