@@ -69,7 +69,7 @@ def beyond_measured_mfu(mfu: float, gpu: str, precision: str, multi_node: bool) 
     ceiling = MEASURED_MFU_CEILING.get((gpu, precision, multi_node))
     if ceiling is None:
         return f"no measured {where} in the calibration data"
-    if mfu <= ceiling[0]:
+    if round(mfu, 3) <= ceiling[0]:  # the table's precision: equal to it is reached
         return None
     return (f"{mfu:.1%} MFU predicted, above the {ceiling[0]:.1%} of the best measured {where} "
             f"in the calibration data ({ceiling[1]})")
