@@ -62,7 +62,9 @@ def test_the_tour_has_the_commands_a_newcomer_needs() -> None:
         assert command in firsts, command
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=pytest.mark.serial) if any(f in c.split() for f in EMULATED) else c
+    for c in COMMANDS])  # serial: calibrate times the emulated links (tests/conftest.py)
 def test_readme_command_runs_as_written(command: str, tour_dir: Path) -> None:
     if any(flag in command.split() for flag in EMULATED):
         reason = _emulation_missing()
