@@ -64,5 +64,19 @@ def test_an_unvalidated_pick_that_beats_the_error_still_leads() -> None:
     def no_second_search(job: Job) -> list[Candidate]:
         raise AssertionError("a validated first pick needs no second search")
 
-    assert prefer_validated([slow, risky], JOB_8K, no_second_search, top_k=5) == (
-        [slow, risky], False)
+    assert prefer_validated([slow], JOB_8K, no_second_search, top_k=5) == ([slow], False)
+
+
+def test_an_unvalidated_pick_behind_a_validated_lead_is_ranked_by_its_penalised_time() -> None:
+    """Raw times 10 < 10.5 < 11; CP=4 at 8K is ranked as 10.5 x (1 + error) > 11, so it moves
+    behind the validated 11 s pick, and it carries the line saying so."""
+    lead = make_candidate(Layout(tp=8, pp=4, dp=2), compute_s=10.0)
+    risky = make_candidate(Layout(tp=2, pp=4, dp=2, cp=4), compute_s=10.5)
+    mid = make_candidate(Layout(tp=4, pp=4, dp=4), compute_s=11.0)
+    assert 10.5 * (1 + MODEL_ERROR) > 11.0
+
+    def no_second_search(job: Job) -> list[Candidate]:
+        raise AssertionError("a validated first pick needs no second search")
+
+    assert prefer_validated([lead, risky, mid], JOB_8K, no_second_search, top_k=5) == (
+        [lead, mid, risky], True)

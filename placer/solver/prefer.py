@@ -37,7 +37,9 @@ class Ranked(Protocol):
 R = TypeVar("R", bound=Ranked)
 
 
-def _ranked_time_s(pick: Ranked, job: Job) -> float:
+def ranked_time_s(pick: Ranked, job: Job) -> float:
+    """The step time a pick is ranked by: an unvalidated mechanism counts as the model's
+    measured error slower."""
     penalty = MODEL_ERROR if unvalidated_mechanisms(pick.layout, job) else 0.0
     return pick.step_time_s * (1.0 + penalty)
 
@@ -56,13 +58,20 @@ def noted(candidate: Candidate, job: Job) -> Candidate:
 def prefer_validated(picks: Sequence[R], job: Job, search: Callable[[Job], Sequence[R]],
                      top_k: int) -> tuple[list[R], bool]:
     """``picks`` (best first) re-ranked against the best validated layouts when the first is
-    not, and whether the result's candidates should carry the ``noted`` line (only then).
+    not (else unvalidated picks behind it ordered by their penalised time), and whether the
+    result's candidates should carry the ``noted`` line (only when some pick is unvalidated).
 
     ``search(job)`` returns the best picks of the job restricted to validated CP degrees; it
     cannot lead with an unvalidated pick itself, so it is not re-ranked again.
     """
-    if not picks or not unvalidated_mechanisms(picks[0].layout, job):
-        return list(picks), False
+    if not picks:
+        return [], False
+    if not unvalidated_mechanisms(picks[0].layout, job):
+        if not any(unvalidated_mechanisms(p.layout, job) for p in picks):
+            return list(picks), False
+        # A validated lead stays first; an unvalidated pick behind it is ranked by the same
+        # penalised time as when it leads (stable sort: equal times keep the table's order).
+        return sorted(picks, key=lambda p: ranked_time_s(p, job)), True
     limit = validated_cp_limit(job)
     rule = DegreeConstraint(key="cp", op="<=", values=(limit,))
     try:
@@ -72,5 +81,5 @@ def prefer_validated(picks: Sequence[R], job: Job, search: Callable[[Job], Seque
     pool: dict[tuple[str, tuple[str, ...]], R] = {}
     for pick in [*picks, *validated]:
         pool.setdefault((pick.layout.compact(), tuple(pick.mesh_order)), pick)
-    order = sorted(pool.values(), key=lambda p: (_ranked_time_s(p, job), p.layout.compact()))
+    order = sorted(pool.values(), key=lambda p: (ranked_time_s(p, job), p.layout.compact()))
     return order[:top_k], True

@@ -107,6 +107,9 @@ class _Placed:
     placement: Placement
     costed: int
     why: list[str]
+    stage_layers: list[int] | None = None
+    """The uneven split by GPU speed (mixed GPU types), already priced into ``estimate``."""
+    stage_notes: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[float, tuple[int, ...]]:
@@ -175,8 +178,7 @@ def _priced_on_worst_groups(placed: _Placed, model: Model, cluster: Cluster, job
 def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
                topology: ClusterTopology, with_rank_map: bool = True) -> Candidate:
     est, placement = placed.estimate, placed.placement
-    stage_layers, stage_notes = split_for_types(model, cluster, job, est.layout, placement,
-                                                topology)
+    stage_layers, stage_notes = placed.stage_layers, list(placed.stage_notes)
     if stage_layers is None:
         split = pipeline_stage_layers(model.num_layers, est.layout.pp, est.layout.vpp)
         if split is not None and len(set(split)) > 1:
@@ -189,6 +191,36 @@ def _candidate(placed: _Placed, model: Model, cluster: Cluster, job: Job,
     ranks = rank_map(est.layout, placement, topology) if with_rank_map else []
     return Candidate.model_construct(**fields, rank_map=ranks, why=placed.why + stage_notes,
                                      stage_layers=stage_layers)
+
+
+def _paced_by_split(placed: _Placed, model: Model, cluster: Cluster, job: Job,
+                    topology: ClusterTopology) -> _Placed:
+    """``placed`` with its uneven split by GPU speed, when its stages run on different GPU
+    types, and its estimate at that split's pace (so the ranking sees the gain)."""
+    split, notes, pace = split_for_types(model, cluster, job, placed.estimate.layout,
+                                         placed.placement, topology)
+    if split is None:
+        return placed
+    return replace(placed, estimate=_at_stage_pace(placed.estimate, pace), stage_layers=split,
+                   stage_notes=tuple(notes))
+
+
+def _at_stage_pace(est: Estimate, pace: float) -> Estimate:
+    """``est`` with the parts that run at the slowest stage's pace (compute, recompute,
+    bubble) scaled by ``pace`` (an uneven split by GPU speed), and the rates that follow."""
+    b = est.breakdown
+    breakdown = b.model_copy(update={"compute_s": b.compute_s * pace,
+                                     "recompute_s": b.recompute_s * pace,
+                                     "pp_bubble_s": b.pp_bubble_s * pace})
+    saved_s = (b.compute_s + b.recompute_s + b.pp_bubble_s) * (1.0 - pace)
+    step_s = est.step_time_s - saved_s
+    faster = est.step_time_s / step_s
+    return est.model_copy(update={
+        "step_time_s": step_s, "breakdown": breakdown,
+        "tokens_per_s": est.tokens_per_s * faster,
+        "tflops_per_gpu": est.tflops_per_gpu * faster,
+        "hardware_tflops_per_gpu": est.hardware_tflops_per_gpu * faster,
+        "mfu": est.mfu * faster, "hfu": est.hfu * faster})
 
 
 @dataclass(frozen=True)
@@ -306,6 +338,7 @@ def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkP
                               f"{cluster.name}; set allow_tp_outside_nvlink to allow it")
     if not cluster.is_regular:
         placed = [_priced_on_worst_groups(p, model, cluster, job, profile) for p in placed]
+        placed = [_paced_by_split(p, model, cluster, job, topology) for p in placed]
     placed.sort(key=lambda p: p.key)
     if space.note:
         placed = [replace(p, why=[f"uses {p.estimate.layout.num_gpus} of {cluster.num_gpus} GPUs "
