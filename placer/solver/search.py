@@ -197,17 +197,18 @@ def _paced_by_split(placed: _Placed, model: Model, cluster: Cluster, job: Job,
                     topology: ClusterTopology) -> _Placed:
     """``placed`` with its uneven split by GPU speed, when its stages run on different GPU
     types, and its estimate at that split's pace (so the ranking sees the gain)."""
-    split, notes, pace = split_for_types(model, cluster, job, placed.estimate.layout,
-                                         placed.placement, topology)
+    split = split_for_types(model, cluster, job, placed.estimate.layout, placed.placement,
+                            topology)
     if split is None:
         return placed
-    return replace(placed, estimate=_at_stage_pace(placed.estimate, pace), stage_layers=split,
-                   stage_notes=tuple(notes))
+    return replace(placed, estimate=_at_stage_pace(placed.estimate, split.pace),
+                   stage_layers=split.layers, stage_notes=tuple(split.notes))
 
 
 def _at_stage_pace(est: Estimate, pace: float) -> Estimate:
     """``est`` with the parts that run at the slowest stage's pace (compute, recompute,
-    bubble) scaled by ``pace`` (an uneven split by GPU speed), and the rates that follow."""
+    bubble) scaled by ``pace`` (an uneven split by GPU speed), and the rates that follow.
+    MFU stays of the slowest GPU's peak, the cost model's convention on mixed clusters."""
     b = est.breakdown
     breakdown = b.model_copy(update={"compute_s": b.compute_s * pace,
                                      "recompute_s": b.recompute_s * pace,

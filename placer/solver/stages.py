@@ -14,6 +14,7 @@ MoE buffers and fragmentation allowance do not.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ortools.sat.python import cp_model
 
@@ -73,24 +74,29 @@ def _stage_gpus(layout: Layout, placement: Placement, topology: ClusterTopology,
     return out
 
 
-def split_for_types(model: Model, cluster: Cluster, job: Job, layout: Layout,
-                    placement: Placement,
-                    topology: ClusterTopology) -> tuple[list[int] | None, list[str], float]:
-    """The uneven split when the stages run on different GPU types, its why line and the
-    slowest stage's compute time against the even split's (``(None, [], 1.0)`` otherwise).
+class TypeSplit(NamedTuple):
+    """An uneven split by GPU speed and what it changes in the step estimate."""
 
-    The step estimate prices every GPU as the slowest type, so with the even split the slowest
-    stage sets the pace; the uneven split's slowest stage is faster by that ratio, and so are
-    the parts of the step that run at a stage's pace (compute, recompute, bubble)."""
+    layers: list[int]
+    notes: list[str]
+    pace: float
+    """The slowest stage's compute time against the even split's. The step estimate prices
+    every GPU as the slowest type, so with the even split the slowest stage sets the pace; the
+    parts of the step that run at a stage's pace (compute, recompute, bubble) scale by this."""
+
+
+def split_for_types(model: Model, cluster: Cluster, job: Job, layout: Layout,
+                    placement: Placement, topology: ClusterTopology) -> TypeSplit | None:
+    """The uneven split when the stages run on different GPU types; None otherwise."""
     used_types = {p.node_type for p in cluster.pools}
     if len(used_types) < 2 or layout.pp == 1:
-        return None, [], 1.0
+        return None
     stages = _stage_gpus(layout, placement, topology, cluster)
     precision_peak = {t.gpu.bf16_flops: t.gpu.peak_flops(job.precision)
                       for t in cluster.node_types}
     speeds = [min(precision_peak[f] for f, _ in gpus) for gpus in stages]
     if len(set(speeds)) == 1:
-        return None, [], 1.0
+        return None
     memory = memory_estimate(model, cluster, job, layout)
     default = (pipeline_stage_layers(model.num_layers, layout.pp, layout.vpp)
                or [model.num_layers // layout.pp] * layout.pp)
@@ -102,9 +108,10 @@ def split_for_types(model: Model, cluster: Cluster, job: Job, layout: Layout,
     max_layers = [max(0, int((cap - fixed) // per_layer)) for cap in capacities]
     split = split_layers(model.num_layers, layout.vpp, speeds, max_layers)
     if split is None or split == default:
-        return None, [], 1.0
+        return None
     even = max(n / s for n, s in zip(default, speeds, strict=True))
     uneven = max(n / s for n, s in zip(split, speeds, strict=True))
-    return split, [f"stages: layers {split} by GPU speed; the slowest stage's compute drops "
-                   f"{1 - uneven / even:.0%} against the even split (the step estimate's "
-                   "compute, recompute and bubble are scaled by that)"], uneven / even
+    note = (f"stages: layers {split} by GPU speed; the slowest stage's compute drops "
+            f"{1 - uneven / even:.0%} against the even split (the step estimate's compute, "
+            "recompute and bubble are scaled by that; MFU stays of the slowest GPU's peak)")
+    return TypeSplit(split, [note], uneven / even)
