@@ -36,7 +36,7 @@ def test_emitted_files_pass_check(plan_path: str, tmp_path: Path,
     for config in report.configs:
         if config.kind in ("megatron", "torchtitan") and config.layout:
             got = Layout.parse(config.layout)
-            for key in ("tp", "pp", "cp", "ep", "micro_batch_size"):
+            for key in ("tp", "pp", "cp", "ep", "etp", "micro_batch_size"):
                 assert getattr(got, key) == getattr(expected, key), (config.file, key)
             # the placer-world line gives the world size: no --nodes needed
             assert config.num_gpus == expected.num_gpus and got.dp == expected.dp, config.file

@@ -215,7 +215,8 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     if get(model, "fp8") is True:
         s.precision = "fp8"
     if s.ep > 1 or _pos(get(model, "num_moe_experts")):
-        s.etp = s.tp
+        # Megatron's expert_tensor_parallel_size, which defaults to the dense TP when unset
+        s.etp = _pos(get(model, "expert_tensor_parallel_size")) or s.tp
     parsed.settings = s
     parsed.seq_len = (_pos(get(model, "encoder_seq_length")) or _pos(get(model, "seq_length"))
                       or _pos(get(dataset, "seq_length"))
