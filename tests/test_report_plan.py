@@ -92,14 +92,15 @@ def test_default_global_batch_is_the_power_of_two_nearest_4m_tokens(seq_len: int
 def test_resolve_job_reports_each_default_and_the_flag_that_sets_it() -> None:
     job, used = resolve_job(model_preset("llama3-70b"), seq_len=None, global_batch=None)
     assert (job.seq_len, job.global_batch_size) == (8192, 512)
-    assert len(used) == 3
+    assert len(used) == 4
     assert "--seq-len" in used[0] and "131,072 capped" in used[0]
     assert "--global-batch" in used[1] and "4,194,304 tokens" in used[1]
     assert "--stack" in used[2] and job.stack is not None and used[2].startswith(
         f"stack={job.stack} ")
+    assert "expandable segments" in used[3] and "runtime.expandable_segments: false" in used[3]
     job, used = resolve_job(model_preset("llama3-70b"), seq_len=4096, global_batch=64,
                             constraints=("tp<=4", "pp in 2,4"))
-    assert [line.split(" ")[0] for line in used] == [f"stack={job.stack}"]
+    assert [line.split(" ")[0] for line in used] == [f"stack={job.stack}", "allocator"]
     assert job.global_batch_size == 64
     assert [str(c) for c in job.constraints] == ["tp<=4", "pp in 2,4"]
 

@@ -126,8 +126,13 @@ def time_call(collective: str, link: GroupLink, nbytes: int, calib: Calibration
 
 
 def gemm_call_s(n: int, calib: Calibration, precision: str) -> float:
-    """The cost model's time of one ``n x n x n`` GEMM (placer/cost/compute.py)."""
-    return gemm_time(2.0 * n**3, calib.peak_flops(precision), calib.gemm_efficiency(precision),
+    """The cost model's time of one ``n x n x n`` GEMM run alone (placer/cost/compute.py).
+
+    The replay fills each predicted compute piece with such calls, which run alone on the
+    device; the cost model's sustained fraction (other kernels beside a training step's GEMMs)
+    is already in the piece's predicted time, so it is left out of the call's."""
+    alone = calib.gemm_efficiency(precision) / calib.gemm_sustained_fraction
+    return gemm_time(2.0 * n**3, calib.peak_flops(precision), alone,
                      calib.gemm.half_efficiency_flops or 0.0)
 
 
