@@ -200,7 +200,10 @@ def test_signal_tears_down(signum: int) -> None:
     prefix = f"plct{os.getpid() % 10000}"
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
+        # Python's own SIGINT handler even when started from a background job (which ignores
+        # SIGINT): the test is about a process that a Ctrl-C would stop.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from placer.verify.emulate import EmulatedCluster
         with EmulatedCluster(2, 50, name_prefix={prefix!r}) as cluster:
             proc = cluster.run_in_node(1, ["sleep", "300"])

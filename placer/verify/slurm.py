@@ -183,10 +183,39 @@ class SlurmJob:
         return (errors or own or lines or [""])[-1].strip()
 
 
+RENDEZVOUS_PORTS_FROM = 20000
+"""Lowest rendezvous port handed out; ports are taken below the kernel's ephemeral range, so
+the outgoing connections of jobs already running (gloo/NCCL open many) cannot take a port
+between its choice here and the job's listen on it (EADDRINUSE, seen in CI)."""
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default ip_local_port_range starts here
+
+
 def free_port() -> int:
-    """A port free here, for the candidate's rendezvous (so concurrent jobs never collide on
-    a shared node; on a dedicated node any high port is as good as 29500)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port free here and not handed out before by this process, below the ephemeral range,
+    for a candidate's rendezvous (concurrent jobs on a shared node never collide)."""
+    high = _ephemeral_low()
+    span = max(1, high - RENDEZVOUS_PORTS_FROM)
+    start = RENDEZVOUS_PORTS_FROM + (os.getpid() * 7919) % span
+    for step in range(span):
+        port = RENDEZVOUS_PORTS_FROM + (start - RENDEZVOUS_PORTS_FROM + step) % span
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # every low port is taken
         s.bind(("", 0))
         return int(s.getsockname()[1])
 
