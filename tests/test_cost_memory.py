@@ -210,6 +210,12 @@ def test_te_cross_entropy_keeps_the_bf16_logits_and_overwrites_them() -> None:
     eager = memory_estimate(model, cluster, te_job, layout, CostOptions(fused_kernels=False,
                                                                          cross_entropy_impl="te"))
     assert eager.logits_bytes == pytest.approx(12 * entries, abs=1)  # TE's kernel needs TE
+    # flash-attn's CrossEntropyLoss (llm-foundry's MPT) keeps the bf16 logits and writes a new
+    # bf16 gradient (2 + 2 B), reachable from a job file too
+    flash_job = Job(seq_len=8192, global_batch_size=64,
+                    runtime={"cross_entropy_impl": "flash_attn"})
+    flash = memory_estimate(model, cluster, flash_job, layout)
+    assert flash.logits_bytes == pytest.approx(4 * entries, abs=1)
 
 
 def test_a_job_whose_launcher_sets_expandable_segments_keeps_no_fragmentation() -> None:

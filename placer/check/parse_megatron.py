@@ -37,6 +37,7 @@ from placer.mesh import parse_order
 from placer.spec.layout import RECOMPUTE_MODULES
 from placer.spec.model import Model
 from placer.spec.presets import validated
+from placer.spec.runtime import ALLOC_CONF_VARIABLES, alloc_conf_expandable
 from placer.spec.text import decimal
 
 # Megatron-DeepSpeed's GPTModelPipe partitions with DeepSpeed's 'type:transformer' unless
@@ -102,6 +103,7 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
         parsed.lines.setdefault(BOOL_FLAGS[flag], line)
     flags = {BOOL_FLAGS[flag] for flag in bools}
     parsed.settings = _settings(ints, flags, choices, parsed)
+    _allocator(script, env, parsed)
     default_order, tp_pp_dp_order = megatron.ORDERS
     parsed.order = parse_order(tp_pp_dp_order.text if "tp_pp_dp_mapping" in flags
                                else default_order.text)
@@ -113,6 +115,20 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
     _world(ints, flags, script, parsed)
     parsed.model = _model(ints, flags, path, parsed)
     return parsed
+
+
+def _allocator(script: Script, env: Mapping[str, str], parsed: ParsedConfig) -> None:
+    """Whether the commands the script starts see expandable segments: the allocator variables
+    it was started with (``--env``, the batch header) or exports, at their final values."""
+    environment: dict[str, str] = {}
+    for name in ALLOC_CONF_VARIABLES:
+        value = script.value(name)
+        if value is not None and (name in env or name in script.exported):
+            environment[name] = value
+            item = script.variables.get(name)
+            if isinstance(item, Scalar) and item.line:
+                parsed.lines.setdefault("expandable_segments", item.line)
+    parsed.settings.expandable_segments = alloc_conf_expandable(environment)
 
 
 def _defined_words(script: Script) -> list[Word]:

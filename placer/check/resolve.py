@@ -29,7 +29,7 @@ from placer.spec.layout import Layout, layout_problem
 from placer.spec.model import Model
 from placer.spec.presets import load_model, validated
 from placer.spec.profile import LinkProfile
-from placer.spec.runtime import Runtime
+from placer.spec.runtime import ALLOC_CONF_VARIABLES, Runtime, alloc_conf_expandable
 from placer.topology import ClusterTopology, topology_of
 from placer.units import GIB
 
@@ -74,6 +74,7 @@ class _Context:
     seq_len_option: int | None = None
     world_known: bool = True
     profile: LinkProfile | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
     def stop(self, rule_id: str, message: str, *keys: str) -> _Stop:
         return _Stop(finding(rule_id, message, self.parsed.path, self.parsed.line_of(*keys)))
@@ -186,7 +187,7 @@ def _context(parsed: ParsedConfig, options: CheckOptions, notes: list[str]) -> _
     else:
         world = None
     ctx = _Context(parsed, cluster, world or 0, per_node or 0, model, notes, options.seq_len,
-                   world_known=world is not None, profile=options.profile)
+                   world_known=world is not None, profile=options.profile, env=options.env)
     if world is None:
         s = parsed.settings
         ctx.world = s.tp * s.pp * s.cp
@@ -370,9 +371,29 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
     else:
         known = True
     runtime = Runtime(grad_reduce_dtype="bf16" if s.grad_reduce_bf16 else None,
-                      fp8_param_gather=s.fp8_param_gather and s.precision == "fp8")
+                      fp8_param_gather=s.fp8_param_gather and s.precision == "fp8",
+                      expandable_segments=_expandable_segments(ctx))
     return Job(seq_len=seq_len, global_batch_size=gbs, precision=s.precision,
                runtime=runtime), known
+
+
+def _expandable_segments(ctx: _Context) -> bool:
+    """The allocator the checked job runs with, as its launch reads it: a launch script's own
+    environment (what it exports, or was given by --env), else --env alone; expandable segments
+    only when that environment sets them, else the caching allocator's fragmentation is allowed
+    for (placer's own launch exports them, so a plan carries its own runtime)."""
+    parsed = ctx.parsed
+    if parsed.kind in ("megatron", "megatron-deepspeed"):
+        on = parsed.settings.expandable_segments
+    else:
+        on = alloc_conf_expandable(dict(ctx.env))
+    ctx.notes.append(
+        f"allocator: expandable segments ({' or '.join(ALLOC_CONF_VARIABLES)} in the job's "
+        "environment): no fragmentation allowance in memory" if on else
+        f"allocator: no expandable segments in the job's environment (neither "
+        f"{' nor '.join(ALLOC_CONF_VARIABLES)} sets expandable_segments:True): memory allows "
+        "for the caching allocator's fragmentation")
+    return on
 
 
 # layout_problem's field -> the settings whose line a finding points at, best first

@@ -87,6 +87,9 @@ class Script:
     words: list[Word] = field(default_factory=list)
     variables: dict[str, Value] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    exported: list[str] = field(default_factory=list)
+    """Names an ``export`` reaches (``export NAME=value`` or ``export NAME``), in order: what
+    the commands it starts see in their environment besides what it was started with."""
 
     def value(self, name: str) -> str | None:
         """A variable's final text, None if unset or unknown."""
@@ -839,6 +842,8 @@ class Evaluator:
         base = name.rsplit("/", 1)[-1]
         args = [_known(f) for f, _, _ in fields[1:]]
         if base in _DECLARE:
+            if base == "export":
+                self._export(node)
             return self._declare(node, st)
         if base in ("[", "[[", "test"):
             return _test([a for a in args if a != "]" and a != "]]"], base == "[[")
@@ -941,6 +946,13 @@ class Evaluator:
             if pattern.search(self.source[number - 1]):
                 return number
         return line
+
+    def _export(self, node: _Simple) -> None:
+        for tok in node.words[1:]:
+            match = _ASSIGN_RE.match(tok.text) if tok.kind != "array" else None
+            name = match.group(1) if match else tok.text
+            if re.fullmatch(_NAME, name) and name not in self.result.exported:
+                self.result.exported.append(name)
 
     def _declare(self, node: _Simple, st: _State) -> Status:
         for tok in node.words[1:]:

@@ -7,6 +7,7 @@ what hides behind which compute, what bytes move, what stays in memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field
@@ -39,6 +40,24 @@ LAUNCH_EXPANDABLE_SEGMENTS = True
 planned as placer launches it: without the caching allocator's fragmentation allowance."""
 LAUNCH_ALLOC_CONF = "expandable_segments:True"
 """The PYTORCH_CUDA_ALLOC_CONF value env.sh exports when expandable segments are on."""
+ALLOC_CONF_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+"""The caching allocator's settings variables, the one that wins first: c10/core/AllocatorConfig.h
+(torch 2.13), which holds expandable_segments, names PYTORCH_ALLOC_CONF the primary variable and
+PYTORCH_CUDA_ALLOC_CONF the older name it still reads "with lower priority"."""
+
+
+def alloc_conf_expandable(env: Mapping[str, str]) -> bool:
+    """Whether a process started with ``env`` runs the caching allocator with expandable
+    segments: the first of ALLOC_CONF_VARIABLES set holds ``expandable_segments:True`` among its
+    comma-separated ``key:value`` pairs (c10's parser takes exactly ``True`` or ``False``)."""
+    for name in ALLOC_CONF_VARIABLES:
+        if name in env:
+            pairs = (item.split(":", 1) for item in env[name].split(",") if ":" in item)
+            return any(key.strip() == "expandable_segments" and value.strip() == "True"
+                       for key, value in pairs)
+    return False
+
+
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 """Transformer Engine FP8 recipes (Megatron ``--fp8-recipe``): delayed and tensorwise (current)
 scaling keep one scale per tensor; blockwise 128x128/1x128 tiles and MXFP8 32-element blocks
@@ -67,10 +86,11 @@ class Runtime(Spec):
     fp8_recipe: Fp8Recipe | None = Field(
         default=None, description="FP8 scaling recipe, checked against the stack; every recipe "
         "keeps 1-byte GEMM inputs, and its scale tensors (under 4 %) are not priced")
-    cross_entropy_impl: Literal["native", "te"] | None = Field(
+    cross_entropy_impl: Literal["native", "te", "flash_attn"] | None = Field(
         default=None, description="fused cross-entropy kernel (Megatron --cross-entropy-loss-fusion"
-        " --cross-entropy-fusion-impl): native (Megatron's, fp32) or te (Transformer Engine's, in "
-        "place on the bf16 logits); None: native")
+        " --cross-entropy-fusion-impl): native (Megatron's, fp32), te (Transformer Engine's, in "
+        "place on the bf16 logits) or flash_attn (the flash-attn package's CrossEntropyLoss, "
+        "llm-foundry's MPT default: a new bf16 gradient); None: native")
     expandable_segments: bool | None = Field(
         default=None, description="the launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
         "True (torchtitan's run_llama_train.sh does): no fragmentation allowance; false: the "

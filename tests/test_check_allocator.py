@@ -1,0 +1,92 @@
+"""``placer check`` judges a foreign launch script's memory with the allocator it really runs.
+
+PyTorch reads its caching-allocator settings from PYTORCH_ALLOC_CONF, else the older
+PYTORCH_CUDA_ALLOC_CONF (c10/core/AllocatorConfig.h, torch 2.13), as comma-separated
+``key:value`` pairs whose ``expandable_segments`` takes exactly ``True`` or ``False``. A script
+that exports neither runs the plain caching allocator, so its memory keeps GMLake's
+fragmentation allowance; placer's own launch exports expandable segments and is planned
+without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from placer.check import CheckOptions, check_paths, read_config
+from placer.spec.presets import load_cluster
+from placer.spec.runtime import alloc_conf_expandable
+
+CORPUS = Path(__file__).resolve().parent / "data" / "check_corpus"
+# NVIDIA/Megatron-LM@d98e8a64 examples/llama/train_llama3_8b_h100_fp8.sh (exports no allocator
+# settings): 8 H100, TP1 PP1 DP8, sequence 8192.
+NVIDIA_8B = CORPUS / "megatron" / "llama3_8b_h100_fp8.sh"
+SCRIPT = """#!/bin/bash
+{line}
+torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 \\
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 \\
+    --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64
+"""
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512, expandable_segments:True"}, True),
+    ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, True),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, False),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:true"}, False),  # c10 refuses 'true'
+    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}, False),
+    # the primary variable wins over the older one
+    ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:512",
+      "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+    ({}, False),
+])
+def test_allocator_variables_as_pytorch_reads_them(env: dict[str, str], expected: bool) -> None:
+    assert alloc_conf_expandable(env) is expected
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", True),
+    ('export PYTORCH_ALLOC_CONF="expandable_segments:True"', True),
+    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nexport PYTORCH_CUDA_ALLOC_CONF", True),
+    # set but never exported: torchrun does not see it
+    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", False),
+    ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False", False),
+    ("", False),
+])
+def test_a_script_runs_expandable_segments_only_when_it_exports_them(
+        tmp_path: Path, line: str, expected: bool) -> None:
+    path = tmp_path / "train.sh"
+    path.write_text(SCRIPT.format(line=line))
+    assert read_config(path).settings.expandable_segments is expected
+
+
+def test_an_allocator_given_with_env_counts_as_the_scripts_environment(tmp_path: Path) -> None:
+    path = tmp_path / "train.sh"
+    path.write_text(SCRIPT.format(line=""))
+    given = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert read_config(path, given).settings.expandable_segments is True
+
+
+def _peak_gib(env: tuple[tuple[str, str], ...]) -> tuple[float | None, list[str]]:
+    """The memory finding's predicted peak (None: no finding) and the summary's notes."""
+    options = CheckOptions(cluster=load_cluster("dgx-h100"), env=env)
+    report = check_paths([NVIDIA_8B], options)
+    notes = report.configs[0].notes
+    found = [f for f in report.findings if f.rule_id == "memory-over-capacity"]
+    if not found:
+        return None, notes
+    return float(found[0].message.split("predicted peak ")[1].split(" GiB")[0]), notes
+
+
+def test_nvidias_8b_script_keeps_the_fragmentation_allowance_it_ran_with() -> None:
+    """The script exports no allocator settings: checked as it ran, it fits the 79.6 GiB of an
+    H100 only inside placer's planning headroom (a warning, not an error); with expandable
+    segments in its environment the allowance goes and it fits the headroom too."""
+    caching, notes = _peak_gib(())
+    assert caching is not None and 71.7 < caching < 79.6
+    assert any("no expandable segments" in n for n in notes)
+    stitched, notes = _peak_gib((("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),))
+    assert stitched is None
+    assert any(n.startswith("allocator: expandable segments") for n in notes)
