@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from placer.cli import main
+from placer.cost.profile import ceiling_notes, gemm_for, sm_count
 from placer.errors import PlacerError
 from placer.launch import require_nccl_gpus
 from placer.report.defaults import resolve_gpu
@@ -94,6 +95,49 @@ def test_published_figures() -> None:
     assert gpu_preset("V100-SXM2-32GB").fp8_flops is None
 
 
+# Maximum achievable matmul TFLOPS, BF16 and FP8 (None: no row), as stas00/ml-engineering@744d01e
+# compute/accelerator/README.md prints them ("Maximum Achievable Matmul FLOPS comparison table");
+# H800 and A800 are the H100 SXM and A100 SXM rows (same silicon, docs/sources.md 5.4).
+MAMF_TFLOPS = {"B300": (1769.0, 3353.3), "MI300X": (668.4, None), "MI325X": (784.9, None),
+               "MI355X": (1565.0, None), "H800": (794.5, 1402.6), "A800-80GB": (271.2, None)}
+
+
+@pytest.mark.parametrize("name", sorted(MAMF_TFLOPS))
+def test_gemm_ceiling_is_the_measured_matmul_rate(name: str) -> None:
+    gpu = gpu_preset(name)
+    gemm = gemm_for(gpu)
+    bf16, fp8 = MAMF_TFLOPS[name]
+    # the catalog's 989.4 against the table's 989 for H800/H100: 0.04 %
+    assert gemm.max_efficiency * gpu.bf16_flops == pytest.approx(bf16 * 1e12, rel=5e-4)
+    if fp8 is not None:
+        assert gemm.fp8_max_efficiency * gpu.fp8_flops == pytest.approx(fp8 * 1e12, rel=5e-4)
+    fp8_note = [n for n in ceiling_notes(gpu, "fp8") if "FP8" in n]
+    assert bool(fp8_note) == (fp8 is None and gpu.fp8_flops is not None)
+    assert not [n for n in ceiling_notes(gpu, "bf16") if "GEMM ceiling" in n]
+
+
+def test_sm_counts_of_the_added_parts() -> None:
+    """B300 148 (ml-engineering training/performance), H20 78 (an H20's device properties),
+    AMD compute units from ROCm's GPU specifications; H800/A800 their silicon's."""
+    expected = {"B300": 148, "H20": 78, "MI300X": 304, "MI325X": 304, "MI355X": 256,
+                "H800": 132, "A800-80GB": 108}
+    assert {name: sm_count(gpu_preset(name)) for name in expected} == expected
+
+
+def test_a_borrowed_ceiling_is_named_with_its_fraction() -> None:
+    # H20 has no MAMF row: H100's FP8 one is 1402.6 / 1979 = 70.9 %, BF16 794.5 / 989 = 80.3 %
+    h20 = gpu_preset("H20")
+    assert gemm_for(h20).max_efficiency == pytest.approx(794.5 / 989, rel=1e-3)
+    (bf16_note,) = [n for n in ceiling_notes(h20, "bf16") if "GEMM ceiling" in n]
+    assert "H100's measured 80.3%" in bf16_note and "148 TFLOP/s BF16" in bf16_note
+    assert "70.9%" in ceiling_notes(h20, "fp8")[0]
+    v100 = " ".join(ceiling_notes(gpu_preset("V100-SXM2-32GB"), "bf16"))
+    assert "SM count not sourced" in v100 and "FP16 peak" in v100
+    assert "H100's" in " ".join(ceiling_notes(gpu_preset("MI300X"), "bf16"))  # kernel constants
+    for name in ("H100-SXM-80GB", "H200-141GB", "B200", "A100-40GB", "H800"):
+        assert ceiling_notes(gpu_preset(name), "fp8") == [], name
+
+
 def test_amd_parts_use_rccl_and_v100_fp16() -> None:
     assert {n for n in gpu_names() if gpu_preset(n).collectives_library == "rccl"} == set(AMD)
     v100 = gpu_preset("V100-SXM2-32GB")
@@ -129,6 +173,8 @@ def test_recommend_runs_on_a_preset_cluster_of_each_added_part(
         assert "uses RCCL" in output  # the kept NVLink fabric is called out
     if gpu == "V100-SXM2-32GB":
         assert "FP16 mixed precision" in output
+    borrowed = f"warning: {gpu}: no matmul measurement (MAMF)"
+    assert (borrowed in output) == (gpu in ("H20", "L4", "GB300", "V100-SXM2-32GB")), output
 
 
 def test_emit_for_amd_fails_before_the_search(tmp_path: Path,

@@ -109,7 +109,7 @@ def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
     Implausible job values are reported on stderr as ``warning:`` lines (what was probably
     meant), and also kept in ``warnings``.
     """
-    from placer.cost.profile import bounding_node_type
+    from placer.cost.profile import bounding_node_type, ceiling_notes
 
     model = load_model(model_ref)
     given = load_cluster(cluster_ref)
@@ -124,6 +124,8 @@ def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
     warnings = [*_gpu_swap_warnings(given, cluster), *job_warnings(job)]
     warnings += sorted({note for t in cluster.node_types
                         if (note := t.gpu.precision_note(job.precision)) is not None})
+    warnings += sorted({note for t in cluster.node_types
+                        for note in ceiling_notes(t.gpu, job.precision)})
     for line in warnings:
         click.echo(f"warning: {line}", err=True)
     return JobInputs(model, cluster, job, [*nodes_used, *job_used], warnings)

@@ -67,14 +67,34 @@ MAMF_EFFICIENCY: dict[str, tuple[float, float | None]] = {
     "H200": (794.5 / 989, 1453.4 / 1979),
     "B200": (1745.0 / 2250, 3432.5 / 4500),
     "GB200": (1822.0 / 2500, 3615.6 / 5000),
+    # Added for issue 20, from the same table: the measured TFLOPS over the catalogue's dense
+    # peak, so that the ceiling is the measured rate (the table's "Theory" column says 1300 for
+    # MI300X/MI325X where the catalogue has 1307.4, and 2300 for MI355X, which is MI350X's
+    # figure, where AMD's MI355X page gives 2500: docs/sources.md 5.4). The table has no FP8
+    # measurement of an AMD part (None: ceiling_notes says BF16's fraction is used).
+    "B300": (1769.0 / 2250, 3353.3 / 4500),
+    "MI300X": (668.4 / 1307.4, None),
+    "MI325X": (784.9 / 1307.4, None),
+    "MI355X": (1565.0 / 2500, None),
 }
 # Streaming multiprocessors, the slots of GEMM wave quantization (compute.wave_efficiency):
 # 108 on A100, 132 on H100/H200, 148 on a B200 SKU (stas00/ml-engineering@744d01e
 # training/performance/README.md, "Tile and wave quantization" and "Do more SMs give more
 # TFLOPS?"); GB200's GPUs are B200 dies (148 taken); L40S 142 (AD102 as shipped in L40S,
 # NVIDIA L40S datasheet) [docs/sources.md 12]. Other GPUs take H100's count.
-SM_COUNT = {"A100": 108, "H100": 132, "H200": 132, "B200": 148, "GB200": 148, "L40S": 142}
+SM_COUNT = {"A100": 108, "H100": 132, "H200": 132, "B200": 148, "GB200": 148, "L40S": 142,
+            # issue 20: B300 148 (the SKU of the MAMF row; a 152-SM one exists, same README);
+            # H20 78 (torch.cuda.get_device_properties of an H20, alipay/
+            # PainlessInferenceAcceleration@78c9b00 flood/flood/ops/seg_mla.py); compute units,
+            # AMD's scheduling slots: MI300X/MI325X 304, MI355X 256 (ROCm "AMD GPU
+            # specifications") [docs/sources.md 5.4]. H800 and A800 are H100 and A100 silicon
+            # (CONSTANT_FAMILY) and take those counts.
+            "B300": 148, "H20": 78, "MI300X": 304, "MI325X": 304, "MI355X": 256}
 DEFAULT_SM_COUNT = 132
+# Parts that are a measured part's silicon with only NVLink cut: that part's MAMF measurement and
+# SM count are theirs [docs/sources.md 5.4: AIC h800_sxm "identical to H100 SXM"; ACH, aiwiki:
+# the A800 keeps A100's compute, memory and Tensor Cores].
+SAME_SILICON = {"H800": "H100", "A800": "A100"}
 # Fraction of the microbenchmark's matmul rate that GEMMs inside a training step sustain: the
 # same GPU runs every rank's kernels at once for minutes, at the power limit, with communication
 # kernels occupying SMs beside it. One constant for every GPU (a mechanism, not a family), fitted
@@ -86,7 +106,13 @@ HOPPER_CLASS_FAMILIES = frozenset({"H100", "B200"})
 # GPUs built on one die share their efficiency constants; their peaks and HBM bandwidth come from
 # the GPU catalogue. H200 is H100's GH100 die with more and faster HBM [docs/sources.md 5.3];
 # GB200's GPUs are B200 dies in a Grace-Blackwell superchip at a higher power limit.
-CONSTANT_FAMILY = {"H200": "H100", "GB200": "B200"}
+CONSTANT_FAMILY = {"H200": "H100", "GB200": "B200",
+                   # issue 20 [docs/sources.md 5.4]: H800 is H100 SXM with NVLink cut ("identical
+                   # to H100 SXM", AIC), A800 is A100 silicon with NVLink cut (ACH, aiwiki); H20
+                   # is Hopper (sm_90), B300/GB300 Blackwell (sm_103) and L4 Ada (sm_89) in
+                   # AIC's system files: their kernel constants are their architecture's.
+                   "H800": "H100", "A800": "A100", "H20": "H100", "B300": "B200",
+                   "GB300": "B200", "L4": "L40S"}
 # Families without fitted constants borrow the nearest measured one (an assumption, to be
 # replaced by a measured profile): Blackwell takes Hopper's, Ada Ampere's.
 FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
@@ -141,14 +167,26 @@ def constant_family(gpu: GPU) -> str:
     return CONSTANT_FAMILY.get(family, family)
 
 
+def _measured_family(gpu: GPU) -> str:
+    """The family whose measurements (MAMF, SM count) are this GPU's own: its silicon's."""
+    family = gpu_family(gpu)
+    return SAME_SILICON.get(family, family)
+
+
+def _fitted_family(gpu: GPU) -> str:
+    """The family whose fitted kernel constants a GPU uses (GEMM_BY_FAMILY's key)."""
+    family = constant_family(gpu)
+    return family if family in GEMM_BY_FAMILY else FAMILY_FALLBACK.get(family, "H100")
+
+
 def gemm_for(gpu: GPU) -> GemmProfile:
     """The compute efficiencies for a GPU: its die family's fitted ones (or the fallback
     family's), with the large-GEMM ceilings from the GPU's own MAMF measurement where one
-    exists (MAMF_EFFICIENCY)."""
-    family = constant_family(gpu)
-    family = family if family in GEMM_BY_FAMILY else FAMILY_FALLBACK.get(family, "H100")
-    base = GEMM_BY_FAMILY.get(family, GEMM_BY_FAMILY["H100"])
-    measured = MAMF_EFFICIENCY.get(gpu_family(gpu))
+    exists (MAMF_EFFICIENCY), else the fitted family's measured ceilings, which
+    ``ceiling_notes`` then names."""
+    fitted = _fitted_family(gpu)
+    base = GEMM_BY_FAMILY[fitted]
+    measured = MAMF_EFFICIENCY.get(_measured_family(gpu)) or MAMF_EFFICIENCY.get(fitted)
     if measured is None:
         return base
     bf16, fp8 = measured
@@ -157,7 +195,35 @@ def gemm_for(gpu: GPU) -> GemmProfile:
 
 def sm_count(gpu: GPU) -> int:
     """Streaming multiprocessors of a GPU (SM_COUNT; H100's where not listed)."""
-    return SM_COUNT.get(gpu_family(gpu), DEFAULT_SM_COUNT)
+    return SM_COUNT.get(_measured_family(gpu), DEFAULT_SM_COUNT)
+
+
+def ceiling_notes(gpu: GPU, precision: str) -> list[str]:
+    """What the cost model takes from another part for ``gpu``, one line each: a GEMM ceiling
+    without a matmul measurement of this GPU (MAMF_EFFICIENCY), an FP8 ceiling without an FP8
+    one, an SM count without a source, kernel constants of a part of another architecture."""
+    family, fitted = _measured_family(gpu), _fitted_family(gpu)
+    gemm = gemm_for(gpu)
+    fp8 = precision == "fp8" and gpu.fp8_flops is not None
+    dtype = "FP8" if fp8 else gpu.half_precision_dtype.upper()
+    fraction = (gemm.fp8_max_efficiency or gemm.max_efficiency) if fp8 else gemm.max_efficiency
+    peak = f"{gpu.peak_flops(precision) / 1e12:,.0f} TFLOP/s {dtype} peak"
+    notes = []
+    if family not in MAMF_EFFICIENCY:
+        notes.append(f"{gpu.name}: no matmul measurement (MAMF) in placer's sources: its GEMM "
+                     f"ceiling is {fitted}'s measured {fraction:.1%} of the dense peak, applied "
+                     f"to its own {peak}")
+    elif fp8 and MAMF_EFFICIENCY[family][1] is None:
+        notes.append(f"{gpu.name}: no FP8 matmul measurement in placer's sources: its FP8 GEMM "
+                     f"ceiling is its BF16 one, {fraction:.1%} of the dense peak, applied to its "
+                     f"{peak}")
+    if family not in SM_COUNT:
+        notes.append(f"{gpu.name}: SM count not sourced: wave quantization counts "
+                     f"{DEFAULT_SM_COUNT} (H100's)")
+    if constant_family(gpu) not in GEMM_BY_FAMILY and constant_family(gpu) not in FAMILY_FALLBACK:
+        notes.append(f"{gpu.name}: no training run of its architecture in the fit: the fixed time "
+                     f"per GEMM kernel and the attention efficiency are {fitted}'s")
+    return notes
 
 
 def _merge_gemm(base: GemmProfile, measured: GemmProfile | None) -> GemmProfile:
