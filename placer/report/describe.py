@@ -14,7 +14,7 @@ BREAKDOWN_LABELS = {
     "pp_bubble_s": "pipeline bubble",
     "pp_p2p_s": "pipeline sends",
     "dp_exposed_s": "exposed gradient reduction",
-    "zero_exposed_s": "ZeRO-3 parameter gathers",
+    "zero_exposed_s": "ZeRO-2/3 gradient reduce-scatters and ZeRO-3 gathers",
     "optimizer_s": "optimizer step",
 }
 """Every StepBreakdown field, in the order tables and charts show them."""
@@ -22,7 +22,7 @@ BREAKDOWN_LABELS = {
 BREAKDOWN_SHORT = {
     "compute_s": "compute", "recompute_s": "recomp", "tp_exposed_s": "TP", "cp_exposed_s": "CP",
     "ep_exposed_s": "EP a2a", "pp_bubble_s": "PP bubble", "pp_p2p_s": "PP p2p",
-    "dp_exposed_s": "DP", "zero_exposed_s": "ZeRO-3", "optimizer_s": "optim",
+    "dp_exposed_s": "DP", "zero_exposed_s": "ZeRO-2/3", "optimizer_s": "optim",
 }
 
 _NETWORK_NAMES = {"infiniband": "InfiniBand", "roce": "RoCE", "ethernet": "Ethernet",

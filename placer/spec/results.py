@@ -27,7 +27,9 @@ class StepBreakdown(Output):
     pp_bubble_s: float = Field(description="pipeline fill and drain")
     pp_p2p_s: float = Field(description="stage-boundary sends on the critical path")
     dp_exposed_s: float = Field(description="gradient reduction not hidden behind backward")
-    zero_exposed_s: float = Field(description="ZeRO-3/FSDP parameter gathers not hidden")
+    zero_exposed_s: float = Field(
+        description="per-micro-batch ZeRO-2/3 (FSDP) gradient reduce-scatters and ZeRO-3 "
+        "parameter gathers not hidden")
     optimizer_s: float = Field(description="optimizer step (memory-bound)")
 
 
