@@ -86,7 +86,8 @@ def plan_in_steps(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     candidates: list[Candidate] = list(result.candidates)
     best = candidates[0]
     say("estimating the common default")
-    baseline = common_default(model, cluster, job, best.layout.num_gpus, estimate_fn, profile)
+    baseline = common_default(model, cluster, job, best.layout.num_gpus, _paced(estimate_fn),
+                              profile)
     explanation = explain(model, cluster, job, candidates, baseline, [])
     plan = build_plan(model, cluster, job, candidates, stats=result.stats,
                       defaults_used=defaults_used, explanation=explanation)
@@ -94,6 +95,19 @@ def plan_in_steps(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     if with_what_ifs:
         variants = what_ifs(model, cluster, job, recommend_fn, result.tuples, profile)
     return Recommendation(plan, baseline), variants
+
+
+def _paced(estimate_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``estimate_fn`` with an uneven split by GPU type priced in, as the search prices its
+    picks (``placer.solver.paced_estimate``): on a mixed cluster the baseline's "vs base" then
+    compares like with like."""
+    from placer.solver import paced_estimate
+
+    def paced(model: Model, cluster: Cluster, job: Job, layout: Any, **kwargs: Any) -> Any:
+        return paced_estimate(model, cluster, job,
+                              estimate_fn(model, cluster, job, layout, **kwargs))
+
+    return paced
 
 
 def with_what_ifs_solved(head: Recommendation, variants: list[WhatIf]) -> Recommendation:

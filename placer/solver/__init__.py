@@ -5,6 +5,12 @@ objects (layout, placement as a rank map, cost breakdown) and ``SearchStats``; i
 ``InfeasibleError`` with the tightest reason when nothing fits.
 """
 
-from placer.solver.search import DEFAULT_TIME_LIMIT_S, RecommendResult, SearchDetail, recommend
+from placer.solver.search import (
+    DEFAULT_TIME_LIMIT_S,
+    RecommendResult,
+    SearchDetail,
+    paced_estimate,
+    recommend,
+)
 
-__all__ = ["DEFAULT_TIME_LIMIT_S", "RecommendResult", "SearchDetail", "recommend"]
+__all__ = ["DEFAULT_TIME_LIMIT_S", "RecommendResult", "SearchDetail", "paced_estimate", "recommend"]

@@ -205,6 +205,17 @@ def _paced_by_split(placed: _Placed, model: Model, cluster: Cluster, job: Job,
                    stage_layers=split.layers, stage_notes=tuple(split.notes))
 
 
+def paced_estimate(model: Model, cluster: Cluster, job: Job, est: Estimate) -> Estimate:
+    """``est`` of a layout at its natural placement (a published recipe, the baseline) priced as
+    the picks are: at the uneven split's pace when its stages run on different GPU types
+    (``_paced_by_split``), so a comparison with the picks is like with like; else unchanged."""
+    if cluster.is_regular or est.layout.pp == 1:
+        return est
+    placement = Placement(tuple(est.mesh_order), None, "natural", "")
+    split = split_for_types(model, cluster, job, est.layout, placement, topology_of(cluster))
+    return est if split is None else _at_stage_pace(est, split.pace)
+
+
 def _at_stage_pace(est: Estimate, pace: float) -> Estimate:
     """``est`` with the parts that run at the slowest stage's pace (compute, recompute,
     bubble) scaled by ``pace`` (an uneven split by GPU speed), and the rates that follow.
