@@ -227,3 +227,27 @@ def test_a_job_whose_launcher_sets_expandable_segments_keeps_no_fragmentation() 
     stitched = memory_estimate(model, cluster, job, layout)
     assert plain.fragmentation_bytes > 0 and stitched.fragmentation_bytes == 0
     assert plain.total_bytes - stitched.total_bytes == plain.fragmentation_bytes
+
+
+def test_fsdp_under_pipelining_gathers_only_what_it_shards() -> None:
+    """FSDP2 under pipelining keeps a stage's gathered bf16 weights and fp32 unsharded gradients
+    for the whole step, on top of the shards. Experts that EP alone shards (expert-dp 1) are
+    outside FSDP (NeMo AutoModel's apply_fsdp passes them as ignored_params): one copy each, as
+    without ZeRO. Hand count on the worst stage: dense state twice (shard + gathered), experts
+    once; with expert-dp 2 the experts are gathered too."""
+    model, cluster = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100").with_nodes(2)
+    job = Job(seq_len=4096, global_batch_size=64)
+
+    def weights_and_grads(ep: int) -> tuple[float, float, float, float]:
+        layout = Layout(pp=2, dp=8, ep=ep, zero_stage=3, recompute="full")
+        memory = memory_estimate(model, cluster, job, layout)
+        shape = next(s for s in stage_shapes(model, layout) if s.stage == memory.worst_stage)
+        params = stage_params(model, layout, shape)
+        return memory.weights_bytes, memory.gradients_bytes, params.dense, params.expert
+
+    weights, grads, dense, expert = weights_and_grads(8)  # expert-dp 1: outside FSDP
+    assert weights == pytest.approx(2 * (dense / 8 + dense + expert), abs=2)
+    assert grads == pytest.approx(4 * (dense / 8 + dense + expert), abs=2)
+    weights, grads, dense, expert = weights_and_grads(4)  # expert-dp 2: sharded and gathered
+    assert weights == pytest.approx(2 * (dense / 8 + dense + expert / 2 + expert), abs=2)
+    assert grads == pytest.approx(4 * (dense / 8 + dense + expert / 2 + expert), abs=2)

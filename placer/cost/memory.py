@@ -378,8 +378,12 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         # step and accumulates unsharded gradients between micro-batches in the reduce dtype
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, to_accumulated_grad_if_needed
         # upcasts them; torchtitan reduces in fp32): the gradient dtype, not the weights'.
-        weights += params.total * opt.param_bytes
-        gradients += params.total * opt.grad_bytes
+        # State over a shard group of one is outside FSDP (NeMo AutoModel's apply_fsdp passes
+        # experts that EP alone shards as ignored_params): its one copy is counted above.
+        gathered = (params.dense if dense_shard > 1 else 0.0) + (
+            params.expert if expert_shard > 1 else 0.0)
+        weights += copies * gathered * opt.param_bytes
+        gradients += copies * gathered * opt.grad_bytes
     elif zero >= 3 and not layout.reshards_after_forward:
         # Gathered in the forward and kept for the backward: the stage's weights at once.
         transient = params.total * opt.param_bytes + layer_params * opt.grad_bytes
