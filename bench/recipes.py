@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from placer.errors import PlacerError  # noqa: E402
 from placer.io import write_text  # noqa: E402
 from placer.launch import launch_bundle  # noqa: E402
 from placer.mesh import DEFAULT_ORDER  # noqa: E402
-from placer.report.describe import same_shape  # noqa: E402
+from placer.report.describe import BREAKDOWN_LABELS, same_shape  # noqa: E402
 from placer.report.plan import build_plan, plan_json  # noqa: E402
 from placer.solver import recommend  # noqa: E402
 from placer.solver.select import KNOB_TOLERANCE  # noqa: E402
@@ -60,7 +61,7 @@ from placer.spec.layout import layout_problem  # noqa: E402
 from placer.spec.presets import cluster_preset, model_preset  # noqa: E402
 from placer.spec.recipe import Recipe, published_recipes  # noqa: E402
 from placer.spec.results import Candidate, Estimate  # noqa: E402
-from placer.spec.stack import stack_names  # noqa: E402
+from placer.spec.stack import load_stack, stack_names, stack_problem  # noqa: E402
 from placer.units import gib, gib_text  # noqa: E402
 
 GAIN_LIMIT = 0.10  # issue 16: #1 never predicted more than 10 % faster than a published recipe
@@ -103,6 +104,8 @@ class Outcome:
     notes: tuple[str, ...]
     refusals: tuple[str, ...] = ()
     memory: tuple[int, int] = (0, 0)  # the recipe's predicted peak and the whole GPU, bytes
+    default_capacity: int = 0  # the GPU less the default planning headroom, bytes
+    stack_rule: str = ""  # the stack rule #1 breaks ("" if none, or no stack preset)
 
     @property
     def checks(self) -> list[str]:
@@ -121,8 +124,11 @@ class Outcome:
         if (best.layout.cp > 2 and self.recipe.seq_len <= SHORT_SEQ
                 and self.gain <= MODEL_ERROR):
             broken.append("#1 uses CP > 2 at <= 8K within the model's error")
-        if best.memory.total_bytes > best.memory.capacity_bytes:
-            broken.append("#1 eats into the headroom")
+        if best.memory.total_bytes > self.default_capacity:
+            broken.append(f"#1 eats into the default {DEFAULT_MEMORY_HEADROOM:.0%} headroom "
+                          f"({gib(best.memory.total_bytes)} of {gib_text(self.default_capacity)})")
+        if self.stack_rule:
+            broken.append(f"#1 breaks its stack's rule: {self.stack_rule}")
         broken += [f"#1's launch file refused: {line}" for line in self.refusals]
         return broken
 
@@ -192,6 +198,10 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
         rank = "1"
     best = found[0]
     refusals = tuple(launch_refusals(recipe, best, emit))
+    default = capacity_bytes(cluster, planned.model_copy(
+        update={"memory_headroom": DEFAULT_MEMORY_HEADROOM}))
+    problem = stack_problem(best.layout, load_stack(planned.stack)) if planned.stack else None
+    rule = f"{problem[0]}={problem[1]}: {problem[2]}" if problem else ""
     gain = est.step_time_s / best.step_time_s - 1.0
     notes = tuple(line for line in best.why if line.startswith("unvalidated"))
     node = bounding_node_type(cluster)
@@ -202,15 +212,27 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     if gain > GAIN_LIMIT:
         notes = (*notes, _mechanism(best, est))
     return Outcome(recipe, expressible, est.fits, fits_headroom, error, figure, rank, best,
-                   gain, time.perf_counter() - started, notes, refusals, memory)
+                   gain, time.perf_counter() - started, notes, refusals, memory, default, rule)
+
+
+KNOBS = (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("cp", "CP"), ("ep", "EP"), ("vpp", "VPP"),
+         ("micro_batch_size", "mbs"), ("zero_stage", "ZeRO"), ("recompute", "recompute"),
+         ("sequence_parallel", "SP"))
+"""The layout knobs a mechanism line names when #1 changes them."""
 
 
 def _mechanism(best: Estimate, recipe: Estimate) -> str:
-    """The step-time parts that make #1 faster, as the note a gain over 10 % needs."""
+    """The note a gain over 10 % needs: the knobs #1 changes and the step-time parts that make
+    it faster, each as the recipe's seconds -> #1's (the parts add up to the step)."""
+    changed = [f"{name} {getattr(recipe.layout, f)}->{getattr(best.layout, f)}"
+               for f, name in KNOBS if getattr(recipe.layout, f) != getattr(best.layout, f)]
     parts = [(getattr(recipe.breakdown, f) - getattr(best.breakdown, f), f)
              for f in type(best.breakdown).model_fields]
     saved = sorted((d, f) for d, f in parts if d > 0)[::-1][:2]
-    return "mechanism: " + ", ".join(f"{f} {d:.2f} s less" for d, f in saved)
+    moved = ", ".join(f"{BREAKDOWN_LABELS[f]} {getattr(recipe.breakdown, f):.2f} -> "
+                      f"{getattr(best.breakdown, f):.2f} s" for _, f in saved)
+    return (f"mechanism: {', '.join(changed) or 'placement only'}: {moved} "
+            f"(step {recipe.step_time_s:.2f} -> {best.step_time_s:.2f} s)")
 
 
 def _short(layout_text: str) -> str:
@@ -236,7 +258,8 @@ def report(outcomes: list[Outcome]) -> int:
               f"{'yes' if o.fits else 'NO':>4} {'yes' if o.fits_headroom else 'no':>8} "
               f"{err:>7} {o.rank:>5} {gain:>8}{tie:<4} {best}")
         for note in o.notes:
-            print(f"{'':<42}{note[:150]}")
+            for line in textwrap.wrap(note, 108, subsequent_indent="  "):
+                print(f"{'':<42}{line}")
         for check in o.checks:
             broken += 1
             print(f"{'':<42}FAILS: {check}")
