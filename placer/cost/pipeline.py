@@ -58,7 +58,11 @@ def microbatches_in_flight(layout: Layout, stage: int, num_microbatches: int) ->
 
     Interleaved (Megatron): rank r runs ``2(p - r - 1) + (v - 1)p`` warm-up chunks plus one, each
     1/v of its layers, which for r = 0 is Megatron's ``p (1 + (p - 1)/(p v))`` (docs/sources.md
-    9.2). Other schedules: the module docstring.
+    9.2). That is the fewest a group of N contiguous micro-batches per virtual stage allows: with
+    N (the Llama 3 paper's tunable N, megatron-core's ``microbatch_group_size_per_vp_stage``)
+    the warm-up is ``2(p - r - 1) + (v - 1)N``, and megatron-core 0.16 refuses N outside [p, m]
+    (pipeline_parallel/schedules.py, get_pp_rank_microbatches and its range check), so its
+    default N = p is the lower bound. Other schedules: the module docstring.
     """
     p, v, m = layout.pp, layout.vpp, max(1, num_microbatches)
     if p == 1:
