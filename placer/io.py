@@ -46,11 +46,30 @@ def already_exists(path: Path, option: str = "", names: Sequence[str] = ()) -> P
 
 
 def refuse_existing(force: bool, **paths: Path | None) -> None:
-    """Before any work: files a command would replace need ``--force`` (options by keyword,
-    ``save_profile`` for ``--save-profile``)."""
+    """Before any work: each output file's folder must exist and take a new file, and files a
+    command would replace need ``--force`` (options by keyword, ``save_profile`` for
+    ``--save-profile``), so a long run does not end in a refusal to write its result."""
     for option, path in paths.items():
-        if path is not None and path.exists() and not force:
-            raise already_exists(path, f"--{option.replace('_', '-')}")
+        if path is None:
+            continue
+        flag = f"--{option.replace('_', '-')}"
+        if not path.parent.is_dir():
+            raise PlacerError(f"{flag}: folder {path.parent} does not exist")
+        if path.is_dir():
+            raise PlacerError(f"{flag}: cannot write {path}: it is a folder; give a file name")
+        _probe_writable(path.parent, flag)
+        if path.exists() and not force:
+            raise already_exists(path, flag)
+
+
+def _probe_writable(folder: Path, flag: str) -> None:
+    """Make and remove a temporary folder in ``folder``: what writing output will do there
+    (permission bits alone say nothing for root or a read-only file system)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".placer-probe.", dir=folder))
+    except OSError as exc:
+        raise PlacerError(f"{flag}: cannot write in {folder} ({exc.strerror or exc}); choose "
+                          "another folder") from None
 
 
 def refuse_nonempty_folders(force: bool, **folders: Path | None) -> None:
@@ -67,6 +86,7 @@ def refuse_nonempty_folders(force: bool, **folders: Path | None) -> None:
             p for p in folder.absolute().parents if p.exists())
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise PlacerError(f"{flag}: cannot write in {existing}; choose another folder")
+        _probe_writable(existing, flag)
         if folder.is_dir() and not force:
             names = sorted(p.name for p in folder.iterdir())
             if names:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from placer.errors import PlacerError
-from placer.io import write_folders
+from placer.io import refuse_existing, refuse_nonempty_folders, write_folders
 
 
 def writer(*names: str) -> Callable[[Path], list[Path]]:
@@ -68,3 +68,26 @@ def test_a_file_where_the_folder_should_be_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("")
     with pytest.raises(PlacerError, match="is not a folder"):
         write_folders([(tmp_path / "taken", writer("plan.json"))])
+
+
+def test_output_files_are_checked_before_any_work(tmp_path: Path) -> None:
+    """refuse_existing: what writing the result would hit, said before the run, not after it."""
+    (tmp_path / "a.yaml").write_text("x\n")
+    with pytest.raises(PlacerError, match=r"^--out: folder .*missing does not exist$"):
+        refuse_existing(False, out=tmp_path / "missing" / "p.yaml")
+    with pytest.raises(PlacerError, match="--out: cannot write .*: it is a folder"):
+        refuse_existing(True, out=tmp_path)
+    with pytest.raises(PlacerError, match="--save-profile: .*a.yaml already exists; pass --force"):
+        refuse_existing(False, save_profile=tmp_path / "a.yaml")
+    refuse_existing(True, out=tmp_path / "a.yaml")
+    refuse_existing(False, out=tmp_path / "new.yaml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml"]  # the probe leaves nothing
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_folder_that_refuses_new_entries_fails_early_even_for_root() -> None:
+    # /proc takes no new folders whatever the permission bits say (root passes os.access)
+    with pytest.raises(PlacerError, match=r"^--out: cannot write in /proc \("):
+        refuse_existing(False, out=Path("/proc/placer-profile.yaml"))
+    with pytest.raises(PlacerError, match=r"^--emit: cannot write in /proc"):
+        refuse_nonempty_folders(False, emit=Path("/proc/placer-out/launch"))

@@ -57,7 +57,8 @@ def _cuda_devices() -> int:
     try:
         import torch
     except ImportError:
-        raise PlacerError("calibrate and verify need torch: pip install 'placer[verify]'") from None
+        raise PlacerError("calibrate and verify need torch: from a checkout, pip install -e "
+                          "'.[verify]' torch==2.13.0 (the README's test setup)") from None
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -178,8 +179,9 @@ def calibrate_command(emulate: str | None, inter_node_mbit: float | None, nproc:
 
     largest = GPU_LARGEST_MESSAGE_BYTES if full_sweep else (
         max_message_mib * MIB if max_message_mib else None)
-    refuse_existing(force, out=out_path,
-                    emit_config=emit_config / "bench_config.json" if emit_config else None)
+    refuse_existing(force, out=out_path,  # --emit-config's folder is made when it is missing
+                    emit_config=emit_config / "bench_config.json"
+                    if emit_config and emit_config.is_dir() else None)
     measuring = from_path is not None or emit_config is not None or emulate is not None \
         or nproc is not None
     if base_profile is not None and (not real_model_paths or measuring):
