@@ -10,6 +10,7 @@ from helpers_cli import assert_one_line_error, cli
 
 from placer.errors import InputError
 from placer.spec.presets import cluster_preset, gpu_preset, load_cluster, load_gpu, load_model
+from placer.spec.stack import load_stack
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
 ESTIMATE = ["estimate", "--layout", "tp=8,pp=8,dp=2,mbs=1,zero=1,recompute=selective,sp=on",
@@ -20,11 +21,15 @@ def test_names_ignore_case() -> None:
     assert load_model("Llama3-70B") == load_model("llama3-70b")
     assert load_cluster("DGX-H100") == cluster_preset("dgx-h100")
     assert load_gpu("h100-sxm-80gb") == gpu_preset("H100-SXM-80GB")
+    assert load_stack("Megatron-Core@0.20") == load_stack("megatron-core@0.20")
+    assert load_stack("TorchTitan") == load_stack("torchtitan@0.2")  # its newest preset
 
 
 @pytest.mark.parametrize(("loader", "typo", "meant"), [
     (load_model, "lama3-70b", "llama3-70b"), (load_cluster, "dgx-h10", "dgx-h100"),
-    (load_gpu, "H100-SXM", "H100-SXM-80GB")])
+    (load_gpu, "H100-SXM", "H100-SXM-80GB"), (load_gpu, "h100", "H100-SXM-80GB"),
+    (load_gpu, "H200", "H200-141GB"), (load_stack, "megatron", "megatron-core@0.20"),
+    (load_stack, "titan", "torchtitan@0.2")])
 def test_unknown_names_suggest_the_closest(loader, typo: str, meant: str) -> None:
     with pytest.raises(InputError) as info:
         loader(typo)

@@ -191,8 +191,13 @@ def unknown_preset(option: str, ref: str, names: list[str]) -> InputError:
     import difflib
 
     folded = {name.casefold(): name for name in names}
-    close = [folded[m] for m in difflib.get_close_matches(ref.casefold(), folded, n=3,
-                                                          cutoff=0.6)]
+    key = ref.casefold()
+    # a name the text starts (or is part of) comes first: 'h100' is H100-SXM-80GB, 'megatron'
+    # megatron-core@0.20, which spelling distance alone ranks below shorter names (H800)
+    held = [name for fold, name in folded.items() if len(key) >= 2 and key in fold]
+    held.sort(key=lambda name: not name.casefold().startswith(key))
+    spelled = [folded[m] for m in difflib.get_close_matches(key, folded, n=3, cutoff=0.6)]
+    close = list(dict.fromkeys([*held, *spelled]))[:3]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return InputError(option, ref, f"{hint}use a preset ({', '.join(names)}; placer presets) "
                                    "or a file")

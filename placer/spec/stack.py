@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from placer.errors import InputError, PlacerError
+from placer.errors import PlacerError
 from placer.spec.base import Spec
 from placer.spec.layout import RECOMPUTE_CHOICES, Layout, Recompute, RecomputeModule
 from placer.spec.pipeline import Schedule
@@ -238,11 +238,18 @@ def stack_names() -> list[str]:
 def load_stack(ref: str) -> Stack:
     """A preset (``megatron-core@0.20``, or ``megatron-core`` for its newest preset) or a file
     (cached: the solver asks once per layout)."""
-    from placer.spec.presets import load_yaml, read_document, validated
+    from placer.spec.presets import (
+        load_yaml,
+        preset_name,
+        read_document,
+        unknown_preset,
+        validated,
+    )
 
     names = stack_names()
+    ref = preset_name(ref, names) or ref
     if ref not in names:
-        versions = sorted((n for n in names if n.partition("@")[0] == ref),
+        versions = sorted((n for n in names if n.partition("@")[0] == ref.casefold()),
                           key=lambda n: tuple(int(p) for p in n.partition("@")[2].split(".")
                                               if p.isdigit()))
         if versions:
@@ -251,7 +258,7 @@ def load_stack(ref: str) -> Stack:
         return validated(Stack, load_yaml(_stack_files()[ref]), f"stack {ref}")
     path = Path(ref)
     if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.exists():
-        raise InputError("--stack", ref, f"use a preset ({', '.join(names)}) or a stack file")
+        raise unknown_preset("--stack", ref, names)
     data = read_document(path)
     if not isinstance(data, dict):
         raise PlacerError(f"{path}: expected a mapping of stack fields")
