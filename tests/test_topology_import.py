@@ -320,7 +320,7 @@ def test_every_catalog_gpu_has_link_data() -> None:
 # --- the command: files written, loaded back, errors -------------------------------------------
 
 SAMPLES = [
-    ("dgx_a100.txt", ["--gpu", "A100-80GB"]),
+    ("dgx_a100.txt", ["--gpu", "a100-80gb"]),  # preset names in any case
     ("hgx_h100_nv18.txt", ["--gpu", "H100-SXM-80GB"]),
     ("hgx_h100_nv18_legend.txt", ["--gpu", "H200-141GB"]),
     ("pcie_8gpu.txt", ["--gpu", "L40S"]),
@@ -365,7 +365,9 @@ def test_stdout_is_deterministic_yaml_with_notes_as_comments(
     (["missing.txt"], "missing.txt: no such file"),
     ([str(TOPO / "dgx_a100.txt")], "--gpu is required"),
     ([str(TOPO / "dgx_a100.txt"), "--gpu", "A100-80GB", "--nodes", "2"], "--nodes needs --cluster"),
-    ([str(TOPO / "dgx_a100.txt"), "--gpu", "X100"], "Invalid value for '--gpu'"),
+    ([str(TOPO / "dgx_a100.txt"), "--gpu", "X100"], "--gpu: 'X100' is not valid"),
+    ([str(TOPO / "dgx_a100.txt"), "--gpu", "a100"], "did you mean A100-40GB or A100-80GB?"),
+    ([str(TOPO / "dgx_a100.txt"), "--gpu", "mi300x"], "MI300X is an AMD GPU"),
     ([str(TOPO / "dgx_a100.txt"), "--gpu", "A100-80GB", "--nic-rate-gbps", "-1"],
      "--nic-rate-gbps"),
     ([str(TOPO / "dgx_a100.txt"), "--gpu", "A100-80GB", "--name", "bad name"], "--name"),

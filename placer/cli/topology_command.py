@@ -10,7 +10,6 @@ import click
 from placer.errors import InputError
 from placer.io import write_text
 from placer.spec.cluster import NAME_PATTERN
-from placer.spec.presets import gpu_names
 
 _NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
 
@@ -23,9 +22,9 @@ def topology_group() -> None:
 @topology_group.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", help="node type (and cluster) name; default: the file name")
-@click.option("--gpu", type=click.Choice(gpu_names()),
-              help="GPU preset; required for topo -m, which does not name the GPU (NCCL XML "
-              "gives its sm: 80 -> A100-80GB, 90 -> H100-SXM-80GB, 100 -> B200)")
+@click.option("--gpu", metavar="GPU",
+              help="GPU preset (any case); required for topo -m, which does not name the GPU "
+              "(NCCL XML gives its sm: 80 -> A100-80GB, 90 -> H100-SXM-80GB, 100 -> B200)")
 @click.option("--nic-rate-gbps", type=click.FloatRange(min=0, min_open=True, max=10_000),
               help="NIC line rate in Gb/s; topo -m has none (default 400), NCCL XML has speed")
 @click.option("--cluster", "as_cluster", is_flag=True,

@@ -186,7 +186,7 @@ def preset_name(ref: str, names: list[str]) -> str | None:
     return folded.get(ref.casefold())
 
 
-def unknown_preset(option: str, ref: str, names: list[str]) -> InputError:
+def unknown_preset(option: str, ref: str, names: list[str], *, or_file: bool = True) -> InputError:
     """The error for a name that is neither a preset nor a file: the closest presets first."""
     import difflib
 
@@ -199,8 +199,9 @@ def unknown_preset(option: str, ref: str, names: list[str]) -> InputError:
     spelled = [folded[m] for m in difflib.get_close_matches(key, folded, n=3, cutoff=0.6)]
     close = list(dict.fromkeys([*held, *spelled]))[:3]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return InputError(option, ref, f"{hint}use a preset ({', '.join(names)}; placer presets) "
-                                   "or a file")
+    tail = " or a file" if or_file else ""
+    return InputError(option, ref, f"{hint}use a preset ({', '.join(names)}; placer presets)"
+                                   f"{tail}")
 
 
 def load_model(ref: str) -> Model:

@@ -23,7 +23,7 @@ from typing import Any
 from placer.errors import InputError, PlacerError
 from placer.spec.cluster import NodeType
 from placer.spec.gpu import GPU
-from placer.spec.presets import gpu_names, gpu_preset, validated
+from placer.spec.presets import gpu_names, gpu_preset, preset_name, unknown_preset, validated
 from placer.topology.importers.gpu_links import (
     GPU_BY_SM,
     GPU_LINKS,
@@ -54,8 +54,9 @@ class ImportedNode:
 def choose_gpu(host: HostTopology, gpu_name: str | None) -> tuple[GPU, list[str]]:
     """The ``--gpu`` preset, or the GPU the XML's ``sm`` names; notes say what was guessed."""
     if gpu_name is not None:
-        if gpu_name not in gpu_names():
-            raise InputError("--gpu", gpu_name, f"use one of {', '.join(gpu_names())}")
+        given, gpu_name = gpu_name, preset_name(gpu_name, gpu_names())
+        if gpu_name is None:
+            raise unknown_preset("--gpu", given, list(GPU_LINKS), or_file=False)
         links = gpu_links(gpu_name)
         if host.sm is not None and host.sm != links.sm:
             raise InputError("--gpu", gpu_name, f"it is sm {links.sm} but the file's GPUs are "
@@ -63,11 +64,11 @@ def choose_gpu(host: HostTopology, gpu_name: str | None) -> tuple[GPU, list[str]
         return gpu_preset(gpu_name), []
     if host.sm is None:
         raise PlacerError(f"--gpu is required: {host.source_format} does not name the GPU; use "
-                          f"one of {', '.join(gpu_names())}")
+                          f"one of {', '.join(GPU_LINKS)}")
     table = GRACE_GPU_BY_SM if host.grace and host.sm in GRACE_GPU_BY_SM else GPU_BY_SM
     if host.sm not in table:
         raise PlacerError(f"--gpu is required: placer cannot tell the GPU from sm {host.sm}; use "
-                          f"one of {', '.join(gpu_names())}")
+                          f"one of {', '.join(GPU_LINKS)}")
     name = table[host.sm]
     same_sm = [g for g in GPU_LINKS if GPU_LINKS[g].sm == host.sm and g != name]
     others = f" ({', '.join(same_sm)} also has it)" if same_sm else ""
