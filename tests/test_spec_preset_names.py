@@ -64,3 +64,38 @@ def test_gpu_replaces_the_preset_clusters_gpu(capsys: pytest.CaptureFixture[str]
     code, _, err = cli([*ESTIMATE, "--cluster", "dgx-a100", "--gpu", "A100-41GB"], capsys)
     assert_one_line_error(code, err)
     assert "did you mean A100-40GB" in err
+
+
+def _hub_cache_entry(root: Path, source: Path, *, main: bool = True) -> Path:
+    """A Hub cache entry as huggingface.co/docs/hub/local-cache lays it out: the file in
+    blobs/, snapshots/<commit>/config.json a relative link to it, refs/main the commit."""
+    entry = root / "models--mistralai--Mixtral-8x7B-v0.1"
+    commit = "ffe1a706bacbd5abddc5ff99432ee38f7e0662fb"
+    (entry / "blobs").mkdir(parents=True)
+    (entry / "blobs" / "3a1b0c").write_bytes((source / "config.json").read_bytes())
+    (entry / "snapshots" / commit).mkdir(parents=True)
+    (entry / "snapshots" / commit / "config.json").symlink_to("../../blobs/3a1b0c")
+    if main:
+        (entry / "refs").mkdir()
+        (entry / "refs" / "main").write_text(commit)
+    return entry
+
+
+def test_a_hub_cache_entry_and_its_snapshot_read_the_config(tmp_path: Path) -> None:
+    entry = _hub_cache_entry(tmp_path, HF / "mixtral-8x7b")
+    expected = load_model(str(HF / "mixtral-8x7b" / "config.json"))
+    for ref in (entry, next((entry / "snapshots").iterdir())):
+        model = load_model(str(ref))
+        # named after the repository, not the commit hash or blobs/ (where the link points)
+        assert model.name == "Mixtral-8x7B-v0.1"
+        assert model.model_dump(exclude={"name", "source"}) == expected.model_dump(
+            exclude={"name", "source"})
+
+
+def test_a_hub_cache_entry_with_two_snapshots_and_no_ref_names_one(tmp_path: Path) -> None:
+    entry = _hub_cache_entry(tmp_path, HF / "mixtral-8x7b", main=False)
+    other = entry / "snapshots" / ("0" * 40)
+    other.mkdir()
+    (other / "config.json").symlink_to("../../blobs/3a1b0c")
+    with pytest.raises(InputError, match="several snapshots .*give one: "):
+        load_model(str(entry))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from functools import cache
 from importlib import resources
@@ -214,10 +215,7 @@ def load_model(ref: str) -> Model:
         raise unknown_preset("--model", ref, model_names())
     path = Path(ref)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise PlacerError(f"{path}: a folder without config.json; give a model file or a "
-                              "Hugging Face model folder")
-        path = path / "config.json"
+        path = _hf_config_file(path)
     data = read_document(path)
     if not isinstance(data, dict):
         raise PlacerError(f"{path}: expected a mapping of model fields")
@@ -226,10 +224,40 @@ def load_model(ref: str) -> Model:
     if is_hf_config(data):
         # Hub checkouts hold <model>/config.json: name those after their folder, others after
         # the file itself.
-        folder = path.resolve().parent.name if path.name == "config.json" else ""
+        folder = _hf_folder_name(path) if path.name == "config.json" else ""
         return model_from_hf_config(data, default_name=folder or path.stem, source=str(path))
     data.setdefault("name", path.stem)
     return validated(Model, data, str(path))
+
+
+def _hf_config_file(folder: Path) -> Path:
+    """The config.json of a model folder: its own (``hf download --local-dir``), or, in a Hub
+    cache entry (``models--ORG--NAME``, what ``hf download`` fills without ``--local-dir``),
+    that of the snapshot ``refs/main`` names (huggingface.co/docs/hub/local-cache)."""
+    if (folder / "config.json").is_file():
+        return folder / "config.json"
+    snapshots, main = folder / "snapshots", folder / "refs" / "main"
+    if snapshots.is_dir():
+        head = main.read_text(encoding="utf-8").strip() if main.is_file() else ""
+        found = ([snapshots / head] if head else
+                 sorted(p for p in snapshots.iterdir() if (p / "config.json").is_file()))
+        if len(found) == 1 and (found[0] / "config.json").is_file():
+            return found[0] / "config.json"
+        if len(found) > 1:
+            raise InputError("--model", str(folder), "it caches several snapshots and no "
+                             f"refs/main; give one: {found[0]}")
+    raise PlacerError(f"{folder}: a folder without config.json; give a model file or a "
+                      "Hugging Face model folder")
+
+
+def _hf_folder_name(config: Path) -> str:
+    """The model's name from where its config.json sits: the folder, or for a Hub cache
+    snapshot (``models--ORG--NAME/snapshots/HASH/config.json``, a link into ``blobs/``) NAME."""
+    parent = Path(os.path.abspath(config)).parent  # '..' folded, links not followed
+    entry = parent.parent.parent.name
+    if parent.parent.name == "snapshots" and entry.startswith("models--"):
+        return entry.rsplit("--", 1)[-1]
+    return parent.name
 
 
 def load_cluster(ref: str) -> Cluster:
