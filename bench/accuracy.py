@@ -295,7 +295,7 @@ BF16_GRADIENT_RECIPES = {"NEMO_2407": "NeMo performance recipe",
 
 def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
     text = (record.get("precision") or "").lower()
-    # FP4 recipes are costed as FP8, the lowest precision placer's GPU catalogue knows.
+    # FP4 recipes are FP8 jobs whose linear GEMMs run in NVFP4 (options_for: fp4_gemms).
     fp8 = "fp8" in text or "float8" in text or "fp4" in text
     # DeepSpeed and 2021 Megatron fp16 runs keep 16-bit gradients; bf16 recipes use fp32 ones.
     fp16_grads = ("fp16" in text or "16-bit" in text) and "fp32 grad" not in text
@@ -315,6 +315,16 @@ def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
         notes.append("default: FP8 weights (Megatron-Bridge fp8_cs: fp8_param_gather=True)")
     optimizer = Optimizer(grad_bytes=2 if fp16_grads else 4, param_bytes=1 if fp8_weights else 2)
     return ("fp8" if fp8 else "bf16"), optimizer, notes
+
+
+# Sources whose MoE runs train a bf16 model with a plain torch.optim.Adam, which keeps its
+# moments in the parameters' dtype and no master copy: NeMo AutoModel builds models in bf16
+# (NVIDIA-NeMo/Automodel@e45812012456b0a6fb6b8d02eb9b29e2b5884d5a nemo_automodel/_transformers/
+# auto_model.py: torch_dtype "auto" -> torch.bfloat16; components/moe/config.py dtype bf16) and its
+# MoE benchmark configs (examples/llm_benchmark/*/*_te_deepep.yaml) use torch.optim.Adam. The
+# gradient stays 4 bytes: FSDP's reduce dtype there is fp32 (components/moe/parallelizer.py
+# apply_fsdp MixedPrecisionPolicy), in which unsharded gradients accumulate under pipelining.
+BF16_ADAM_SOURCES = {"AUTOMODEL_2604": "AutoModel's bf16 model with torch.optim.Adam"}
 
 
 def as_ran(job: Job) -> Job:
@@ -363,6 +373,10 @@ def case_for(record: dict[str, Any]) -> Case:
         if tp > 1:
             notes.append("sequence parallelism assumed with tp > 1")
     vpp = layout_rec.get("vpp") or 1
+    if record["source_id"] in ONE_LAYER_CHUNK_SOURCES and not layout_rec.get("vpp") and pp > 1:
+        vpp = (model.num_layers + 2) // pp
+        notes.append(f"vpp {vpp}: interleaved chunks of one layer, one fewer on the first and "
+                     "last stages (Llama 3 paper section 3.3.2)")
     recompute, rnotes = recompute_mode(record.get("activation_recompute"))
     if torchtitan and recompute == "selective":
         recompute = "op"
@@ -380,6 +394,10 @@ def case_for(record: dict[str, Any]) -> Case:
     notes += rnotes
     precision, optimizer, pnotes = _precision(record)
     notes += pnotes
+    if record["source_id"] in BF16_ADAM_SOURCES and model.moe is not None:
+        optimizer = optimizer.model_copy(update={"master_param_bytes": 0, "state_bytes": 4})
+        notes.append("default: Adam moments in bf16, no fp32 master "
+                     f"({BF16_ADAM_SOURCES[record['source_id']]})")
     zero = zero_stage(layout_rec.get("dp_sharding"))
     if zero and dp * cp == 1:
         zero = 0
@@ -387,7 +405,8 @@ def case_for(record: dict[str, Any]) -> Case:
                     micro_batch_size=mbs, zero_stage=zero, recompute=recompute,
                     sequence_parallel=bool(sp) and tp > 1,
                     recompute_modules=tuple(modules) if modules else None,
-                    offload_layers=layout_rec.get("offload_layers") or 0)
+                    offload_layers=(layout_rec.get("offload_layers")
+                                    or bridge_offload_layers(record)))
     job = as_ran(Job(seq_len=seq, global_batch_size=gbs, precision=precision,
                      optimizer=optimizer))
     problem = layout_problem(layout, model, job, layout.num_gpus)
@@ -417,15 +436,17 @@ def case_for(record: dict[str, Any]) -> Case:
 # Short tags printed on every row that relies on a framework default (--verbose gives the rest).
 DEFAULT_TAGS = {"gradient": "bf16 grads", "recompute": "recompute none",
                 "ZeRO-3": "DeepSpeed fetch", "FP8": "fp8 weights",
-                "selective": "Bridge recompute modules"}
+                "selective": "Bridge recompute modules", "Adam": "bf16 Adam"}
 
 
 # Sources that ran torchtitan (local batch sizes, op-level SAC as "selective", eager modules).
 TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506", "TORCHTITAN_MXFP8_MOE"}
 # torchtitan sources whose --training.compile also compiles the loss: not the Dec 2024 runs
 # (torchtitan@9dec370 train.py has "torch.compile(loss_fn)" commented out), but the June 2025
-# ones (torchtitan@e7c0cae torchtitan/components/loss.py build_cross_entropy_loss compiles it).
-COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506"}
+# ones (torchtitan@e7c0cae torchtitan/components/loss.py build_cross_entropy_loss compiles it),
+# and the MXFP8 MoE page's (torchtitan@b3da1a2, the commit that published it: loss.py compiles
+# the loss when compile.components holds "loss", which config/job_config.py defaults to).
+COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506", "TORCHTITAN_MXFP8_MOE"}
 # Sources whose launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
 # run_llama_train.sh (torchtitan@9dec370, line 22). Trainy launched torchrun directly.
 EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
@@ -440,6 +461,28 @@ BRIDGE_EVERY_RUN_EXPANDABLE_FROM = (26, 6)
 BRIDGE_EXPANDABLE_SEGMENTS = ((("405b",), "gb200", ("fp8", "mxfp8", "fp8-cs", "fp8-mx")),
                               (("deepseekv3", "deepseek-v3"), "gb200", None),
                               (("deepseekv3", "deepseek-v3"), "h100", None))
+
+
+# Megatron-Bridge's Llama-3-70B pretraining on GB200 with Megatron-FSDP offloads the activations of
+# some layers to the host: cpu_offloading_num_layers 20 in bf16 and 40 in FP8 current scaling, in
+# both the GBS-128 (V1) and GBS-256 (V2) workload configs (NVIDIA-NeMo/Megatron-Bridge@
+# 00919dcf1fe13c0acf65e131f244378f0a6cd2b5 scripts/performance/configs/llama/
+# llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_GB200_{BF16,FP8_CS}_V{1,2}; the
+# MXFP8 and NVFP4 configs run TP2 PP4 instead). (model, GPU, first precision word) -> layers.
+BRIDGE_OFFLOAD_LAYERS = {("llama370b", "gb200", "bf16"): 20, ("llama370b", "gb200", "fp8"): 40,
+                         ("llama370b", "gb200", "fp8-cs"): 40}
+
+
+def bridge_offload_layers(record: dict[str, Any]) -> int:
+    """Layers whose activations Megatron-Bridge's launcher offloads, for a Megatron-FSDP record
+    that does not state it (BRIDGE_OFFLOAD_LAYERS)."""
+    sharding = str(record["layout"].get("dp_sharding") or "")
+    if record["source_id"] not in MEGATRON_BRIDGE_SOURCES or "Megatron-FSDP" not in sharding:
+        return 0
+    name = _slug(record["model"]["name"]).replace("llama31", "llama3")
+    gpu = record["hardware"]["gpu_type"].lower().split()[0]
+    precision = (record.get("precision") or "").lower().split()[0]
+    return BRIDGE_OFFLOAD_LAYERS.get((name, gpu, precision), 0)
 
 
 def bridge_expandable_segments(record: dict[str, Any]) -> bool:
@@ -478,6 +521,20 @@ FA2_ATTENTION_SOURCES = {"LLMFOUNDRY_MPT"}
 # = "te").
 CROSS_ENTROPY_IMPL: dict[str, Literal["native", "te", "flash_attn"]] = {
     "LLMFOUNDRY_MPT": "flash_attn", **dict.fromkeys(MEGATRON_BRIDGE_SOURCES, "te")}
+# Sources whose interleaved pipeline runs chunks of one layer with the first and last stages one
+# layer short: the Llama 3 paper (arXiv:2407.21783, section 3.3.2) removes "one Transformer layer
+# each from the first and the last stages" so that "the first model chunk on the first stage has
+# only the embedding, and the last model chunk on the last stage has only output projection and
+# loss calculation", under "an interleaved schedule ... with V pipeline stages on one pipeline
+# rank": emptying a chunk by one layer means one-layer chunks, V = (layers + 2) / PP (126-layer
+# 405B on PP 16: V = 8, as placer/spec/presets/recipes/published.yaml reads it).
+ONE_LAYER_CHUNK_SOURCES = {"LLAMA3_PAPER"}
+# Sources whose context parallelism all-gathers K and V before attention, not a ring that hides
+# each exchange behind a block of attention: the Llama 3 training stack ("The all-gather based
+# pass-KV algorithm is used in Llama3 training, which initially performs an all-gather on the key
+# and value tensors, followed by computing the attention output for the local query tensor
+# chunk", pytorch/tutorials prototype_source/context_parallel.rst; arXiv:2407.21783 3.3.2).
+ALLGATHER_CP_SOURCES = {"LLAMA3_PAPER"}
 # DeepSpeed's pipeline engine reduces gradients in a step after the last micro-batch
 # (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep).
 # MT-NLG 530B ran DeepSpeed's pipeline engine with Megatron's tensor slicing (arXiv:2201.11990).
@@ -506,12 +563,16 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
                                             or bridge_expandable_segments(record)),
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
+                       cp_comm_overlap=source not in ALLGATHER_CP_SOURCES,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        # DeepEP's kernels (Megatron's flex dispatcher; NeMo AutoModel's
                        # "TE + DeepEP" rows) instead of NCCL's all-to-all.
                        moe_dispatcher="flex" if "deepep" in notes.lower() else "alltoall",
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
-                       cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"))
+                       cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
+                       # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's
+                       # NVFP4BlockScaling) run the linear layers' GEMMs in FP4.
+                       fp4_gemms="fp4" in (record.get("precision") or "").lower())
 
 
 def eq3_flops_per_token(model: Model, seq: int) -> float:

@@ -307,3 +307,28 @@ def test_gemm_times_use_the_shape_the_mamf_ceiling_and_the_hbm_roofline() -> Non
     (t,) = gemm_times(((2 * m * n * k, 1),), ((m, n, k),), calib, "bf16")
     moved = 2 * (m * k + k * n) + 2 * m * n
     assert t == pytest.approx(moved / (3.35e12 * HBM_EFFICIENCY) + fixed, rel=1e-3)
+
+
+def test_nvfp4_gemms_run_at_blackwells_fp4_peak_and_move_half_bytes() -> None:
+    from placer.cost.compute import gemm_times
+
+    # GB200: dense FP4 10 PFLOP/s against FP8's 5 (NVIDIA's figures, docs/sources.md 5.3).
+    calib = replace(calibration_for(cluster_preset("gb200-nvl72")), gemm_sustained_fraction=1.0)
+    assert calib.peak_flops("fp4") == pytest.approx(2 * calib.peak_flops("fp8"))
+    fixed = calib.half_efficiency_flops("fp8") / (calib.peak_flops("fp8")
+                                                  * calib.gemm_efficiency("fp8"))
+    m, n, k = 256.0 * 148, 8192.0, 8192.0  # whole waves on 148 SMs: compute bound
+    flops = 2 * m * n * k
+    (t4,) = gemm_times(((flops, 1),), ((m, n, k),), calib, "fp4")
+    (t8,) = gemm_times(((flops, 1),), ((m, n, k),), calib, "fp8")
+    assert t4 - fixed == pytest.approx((t8 - fixed) / 2, rel=1e-6)
+    # Memory bound: 4-bit values plus an E4M3 scale per 16 (0.5625 B) against FP8's 1 B.
+    m = 16.0
+    (t4,) = gemm_times(((2 * m * n * k, 1),), ((m, n, k),), calib, "fp4")
+    moved = 0.5625 * (m * k + k * n) + 2 * m * n
+    assert t4 == pytest.approx(moved / (calib.hbm_bytes_per_s * HBM_EFFICIENCY) + fixed, rel=1e-6)
+    # Hopper has no FP4 tensor cores: an NVFP4 recipe's GEMMs cost what FP8's do.
+    hopper = calibration_for(cluster_preset("dgx-h100"))
+    assert hopper.peak_flops("fp4") == hopper.peak_flops("fp8")
+    assert gemm_times(((flops, 1),), ((m, n, k),), hopper, "fp4") == gemm_times(
+        ((flops, 1),), ((m, n, k),), hopper, "fp8")

@@ -124,6 +124,26 @@ def test_zero3_gathers_per_micro_batch_and_context_parallel_exchanges_kv() -> No
     assert cp.breakdown.cp_exposed_s < rows[("cp", "send_recv")].time_s
 
 
+def test_fsdp_gathers_cross_nodes_at_the_nodes_nics_deepspeed_fetches_at_one_gpus() -> None:
+    # 4 DGX H100 nodes, dp=32: a ring with a channel per NIC moves FSDP's flat-buffer traffic
+    # through all 8 NICs of a node (8 x 50 GB/s x 0.94 = 376 GB/s, then NVLink's 367.5 GB/s
+    # busbw bounds the ring); DeepSpeed's per-submodule fetches get one NIC's 47 GB/s.
+    cluster = cluster_preset("dgx-h100").with_nodes(4)
+    model = model_preset("llama3-8b")
+    job = Job(seq_len=4096, global_batch_size=64)
+    layout = Layout(dp=32, zero_stage=3, micro_batch_size=1)
+    rows = {}
+    for name, options in (("fsdp", CostOptions()),
+                          ("deepspeed", CostOptions(zero3_max_live_params=1e9))):
+        est = estimate(model, cluster, job, layout, options=options)
+        rows[name] = next(c for c in est.collectives
+                          if c.dimension == "zero" and c.collective == "all_gather")
+    for name, busbw in (("fsdp", 367.5e9), ("deepspeed", 47e9)):
+        row = rows[name]
+        moved = 31 / 32 * row.message_bytes * row.calls_per_step
+        assert row.time_s == pytest.approx(moved / busbw, rel=0.02)
+
+
 def test_moe_all_to_all_and_load_imbalance() -> None:
     cluster = cluster_preset("dgx-h100").with_nodes(2)
     model = model_preset("mixtral-8x7b")

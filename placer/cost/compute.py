@@ -264,6 +264,10 @@ GEMM_TILES = ((256, 128), (128, 256), (128, 128))
 SPLIT_K_MIN_DEPTH = 512
 # GEMM operands and output bytes: BF16 in and out; FP8 recipes quantise the inputs to 1 byte.
 GEMM_OUTPUT_BYTES = 2
+# NVFP4 operands: a 4-bit E2M1 value per element plus one FP8 E4M3 scale per 16-element block
+# (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025).
+NVFP4_OPERAND_BYTES = 0.5 + 1 / 16
+OPERAND_BYTES = {"fp8": 1.0, "fp4": NVFP4_OPERAND_BYTES}
 
 
 @lru_cache(maxsize=65536)
@@ -290,7 +294,9 @@ def gemm_times(gemms: tuple[tuple[float, int], ...],
     fixed_s = calib.half_efficiency_flops(precision) / (peak * eff)
     if len(shapes) != len(gemms):
         return [n * (f / (peak * eff) + fixed_s) for f, n in gemms]
-    operand = 1 if precision == "fp8" and calib.peak_fp8_flops is not None else 2
+    operand = OPERAND_BYTES.get(precision, 2.0) if calib.peak_fp8_flops is not None else 2.0
+    if precision == "fp4" and calib.peak_fp4_flops is None:
+        operand = 1.0  # no FP4 tensor cores: the GEMM runs in FP8 (Calibration.peak_flops)
     bandwidth = calib.hbm_bytes_per_s * HBM_EFFICIENCY
     times = []
     for (flops, count), (m, n, k) in zip(gemms, shapes, strict=True):

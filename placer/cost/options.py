@@ -79,6 +79,10 @@ class CostOptions:
     """MoE token dispatcher: alltoall, allgather or flex (placer.spec.runtime.Dispatcher)."""
     moe_grouped_gemm: bool = True
     """Local experts run as one grouped GEMM; False: one kernel launch per expert."""
+    fp4_gemms: bool = False
+    """An FP8 job's linear-layer GEMMs in NVFP4 (Transformer Engine's NVFP4 recipe) on GPUs with
+    FP4 tensor cores (profile.FP4_OVER_FP8_PEAK); attention and the output layer keep the
+    job's precision, and MFU stays of its peak."""
     moe_capacity_factor: float | None = None
     """Expert capacity as a multiple of the mean load (tokens beyond it dropped); None: dropless."""
 

@@ -100,6 +100,15 @@ SAME_SILICON = {"H800": "H100", "A800": "A100"}
 # kernels occupying SMs beside it. One constant for every GPU (a mechanism, not a family), fitted
 # by bench/fit_compute.py over all sources jointly.
 GEMM_SUSTAINED_FRACTION = 0.9
+# Dense FP4 tensor-core peak over the dense FP8 one on GPUs with FP4 tensor cores (Blackwell's
+# fifth-generation tensor cores run NVFP4/MXFP4 GEMMs): B200 (HGX, 1000 W) 9000 vs 4500 TFLOP/s,
+# GB200 (1200 W) 10000 vs 5000, NVIDIA's figures as tabulated on
+# glennklockwood.com/garden/processors/B200 (docs/sources.md 5.3). No MAMF measurement of FP4
+# exists in the MAMF table, so FP4 GEMMs sustain FP8's fraction of their peak (Calibration).
+FP4_OVER_FP8_PEAK = {"B200": 2.0, "GB200": 2.0}
+# Precisions whose GEMMs run on the low-precision tensor cores: "fp8" (a job's FP8 recipe) and
+# "fp4" (its linear layers in NVFP4, CostOptions.fp4_gemms).
+LOW_PRECISIONS = ("fp8", "fp4")
 # Die families with Hopper's tensor-memory accelerator and warpgroup MMA, which FlashAttention-3
 # and cuDNN's fused attention use and FlashAttention-2 does not (compute.FA2_RELATIVE_THROUGHPUT).
 HOPPER_CLASS_FAMILIES = frozenset({"H100", "B200"})
@@ -193,6 +202,12 @@ def gemm_for(gpu: GPU) -> GemmProfile:
     return base.model_copy(update={"max_efficiency": bf16, "fp8_max_efficiency": fp8 or bf16})
 
 
+def fp4_peak_flops(gpu: GPU) -> float | None:
+    """Dense FP4 tensor-core peak of a GPU with FP4 tensor cores (FP4_OVER_FP8_PEAK)."""
+    ratio = FP4_OVER_FP8_PEAK.get(gpu_family(gpu))
+    return gpu.fp8_flops * ratio if ratio is not None and gpu.fp8_flops else None
+
+
 def sm_count(gpu: GPU) -> int:
     """Streaming multiprocessors of a GPU (SM_COUNT; H100's where not listed)."""
     return SM_COUNT.get(_measured_family(gpu), DEFAULT_SM_COUNT)
@@ -254,14 +269,21 @@ class Calibration:
     moe_dispatch_s_per_layer: float = MOE_DISPATCH_S_PER_LAYER
     sm_count: int = DEFAULT_SM_COUNT
     gemm_sustained_fraction: float = GEMM_SUSTAINED_FRACTION
+    peak_fp4_flops: float | None = None  # dense FP4 tensor-core peak (FP4_OVER_FP8_PEAK)
 
     def peak_flops(self, precision: str) -> float:
-        if precision == "fp8" and self.peak_fp8_flops is not None:
+        """Dense peak of ``precision``: ``fp4`` (NVFP4 GEMMs) where the GPU has FP4 tensor
+        cores, else FP8's; ``fp8`` where it has FP8, else BF16's."""
+        if precision == "fp4" and self.peak_fp4_flops is not None:
+            return self.peak_fp4_flops
+        if precision in LOW_PRECISIONS and self.peak_fp8_flops is not None:
             return self.peak_fp8_flops
         return self.peak_bf16_flops
 
     def gemm_efficiency(self, precision: str) -> float:
-        if precision == "fp8" and self.peak_fp8_flops is not None:
+        """Sustained fraction of ``precision``'s peak for large GEMMs. FP4 has no MAMF
+        measurement: it takes FP8's fraction (an assumption)."""
+        if precision in LOW_PRECISIONS and self.peak_fp8_flops is not None:
             ceiling = self.gemm.fp8_max_efficiency or self.gemm.max_efficiency
         else:
             ceiling = self.gemm.max_efficiency
@@ -275,7 +297,7 @@ class Calibration:
         too, so at FP8's higher rate the same time covers proportionally more FLOPs.
         """
         half = self.gemm.half_efficiency_flops or 0.0
-        if precision != "fp8" or self.peak_fp8_flops is None:
+        if precision not in LOW_PRECISIONS or self.peak_fp8_flops is None:
             return half
         bf16_rate = self.peak_bf16_flops * self.gemm_efficiency("bf16")
         return half * self.peak_flops(precision) * self.gemm_efficiency(precision) / bf16_rate
@@ -347,4 +369,5 @@ def calibration_for(cluster: Cluster, profile: LinkProfile | None = None) -> Cal
         profile=profile,
         moe_dispatch_s_per_routed_token=_dispatch_s(profile),
         sm_count=sm_count(gpu),
+        peak_fp4_flops=fp4_peak_flops(gpu),
     )

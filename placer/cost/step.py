@@ -213,7 +213,9 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     m = max(1, layout.num_microbatches(job.global_batch_size))
     shapes = stage_shapes(model, layout)
     tokens = tokens_per_gpu(job, layout)
-    precision = job.precision
+    # The linear layers' GEMMs run in NVFP4 under an NVFP4 recipe (CostOptions.fp4_gemms); MFU
+    # stays of the job's precision's peak.
+    precision = "fp4" if options.fp4_gemms and job.precision == "fp8" else job.precision
     dense_work = layer_work(model, job, layout, False, options)
     modules = layout.recompute_modules
     dense = pass_times(dense_work, calib, precision, layout.recompute, modules=modules)
@@ -298,7 +300,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     gpus = layout.num_gpus
     model_flops = model_flops_per_step(model, job)
     hardware_flops = model_flops + recompute_flops_per_step(model, job, layout)
-    peak = calib.peak_flops(precision)  # MFU of the job's precision (FP8 runs: the FP8 peak)
+    peak = calib.peak_flops(job.precision)  # MFU of the job's precision (FP8 runs: the FP8 peak)
     return Estimate(
         layout=layout, mesh_order=list(order), step_time_s=step,
         tokens_per_s=job.tokens_per_step / step,
@@ -526,10 +528,15 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
     for the recomputed forward, which its pre-forward hooks trigger; FSDP does not: the
     checkpointed block recomputes inside its unit's backward, after FSDP's pre-backward hook has
     already gathered the unit (torch.distributed.fsdp: unshard in the pre-backward hook), so the
-    recomputation reuses the backward's gather. Each rank's shard is small at
-    scale, and these collectives are modelled at the GPU's own network share, not the node's
-    aggregate: the cross-node traffic that motivates hierarchical sharding (ZeRO++ hpZ, Wang et
-    al. 2023, arXiv:2306.10209, section 3; PyTorch HSDP).
+    recomputation reuses the backward's gather.
+
+    FSDP gathers and reduce-scatters each unit's flat buffer in one NCCL ring collective, which
+    runs a channel per NIC and so crosses nodes at the node's aggregate network bandwidth, like
+    every other ring collective here (nccl-tests: 8 HDR NICs give 192 GB/s busbw,
+    docs/sources.md 4). DeepSpeed's per-submodule fetches (``zero3_max_live_params``) are
+    priced at each GPU's own NIC share: that is what the DeepSpeed ZeRO-3 runs of Narayanan et
+    al. 2021 (Table 2) measure, and the cross-node gather cost that motivated ZeRO++'s
+    hierarchical partitioning (Wang et al. 2023, arXiv:2306.10209, section 3).
     """
     if layout.zero_stage < 2 or Group.DP_CP not in links:
         return None
@@ -537,17 +544,18 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
     link, opt = links[Group.DP_CP], job.optimizer
     gather_bytes = params.dense * opt.param_bytes
     scatter_bytes = params.dense * opt.grad_bytes
-    gather = coll.all_gather(link, gather_bytes, calib, aggregate_nics=False)
-    scatter = coll.reduce_scatter(link, scatter_bytes, calib, aggregate_nics=False)
+    nics = options.zero3_max_live_params is None
+    gather = coll.all_gather(link, gather_bytes, calib, aggregate_nics=nics)
+    scatter = coll.reduce_scatter(link, scatter_bytes, calib, aggregate_nics=nics)
     gather_s = gather.time_s if layout.zero_stage >= 3 else 0.0
     scatter_s = scatter.time_s
     if params.expert and Group.EDP in links:
         elink = links[Group.EDP]
         if layout.zero_stage >= 3:
             gather_s += coll.all_gather(elink, params.expert * opt.param_bytes, calib,
-                                        aggregate_nics=False).time_s
+                                        aggregate_nics=nics).time_s
         scatter_s += coll.reduce_scatter(elink, params.expert * opt.grad_bytes, calib,
-                                         aggregate_nics=False).time_s
+                                         aggregate_nics=nics).time_s
     gathers = 0
     if layout.zero_stage >= 3:
         # Each forward, and the backward; without resharding after the forward (FSDP2
@@ -663,7 +671,6 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         stage_times)
     worst = 0.0
     rows: list[_Call] = []
-    nics = not per_step_zero3  # ZeRO-3 shards: each GPU's own NIC share (_zero_traffic)
     memo: dict[tuple[float, float], list[_Call]] = {}
     # Along the stages of one shape the window only grows, so what is exposed only shrinks:
     # the first stage of each shape is its worst, and the first worst stage is reported.
@@ -677,7 +684,7 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         if key not in memo:
             memo[key] = ([] if per_microbatch_zero3 else
                          _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
-                                   per_step_zero3, nics))
+                                   per_step_zero3))
             if replicas is not None and zero >= 1:
                 grad_bytes = params.dense * opt.grad_bytes / layout.zero_group
                 one = coll.all_reduce(replicas, grad_bytes, calib)
@@ -704,9 +711,11 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
 
 
 def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration,
-              opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool, nics: bool
-              ) -> list[_Call]:
-    """The once-per-step collectives of one stage, dense (dp_cp) then expert (edp) gradients."""
+              opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool) -> list[_Call]:
+    """The once-per-step collectives of one stage, dense (dp_cp) then expert (edp) gradients.
+
+    Ring collectives at the node's aggregate network bandwidth; ZeRO-3 under pipelining is
+    FSDP's (DeepSpeed refuses ZeRO-3 with its pipeline engine), as in ``_zero_traffic``."""
     parts: list[_Call] = []
     for share, group in ((dense, Group.DP_CP), (expert, Group.EDP)):
         if share <= 0 or group not in links or links[group].size <= 1:
@@ -718,12 +727,12 @@ def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration
             one = coll.all_reduce(link, grad_bytes, calib)
             parts.append(_Call("all_reduce", group, link, grad_bytes, one, last_bucket=fraction))
         elif zero == 1 or per_step_zero3:
-            one = coll.reduce_scatter(link, grad_bytes, calib, aggregate_nics=nics)
+            one = coll.reduce_scatter(link, grad_bytes, calib)
             parts.append(_Call("reduce_scatter", group, link, grad_bytes, one,
                                last_bucket=fraction))
         if zero >= 1:
             param_bytes = share * opt.param_bytes
-            one = coll.all_gather(link, param_bytes, calib, aggregate_nics=nics)
+            one = coll.all_gather(link, param_bytes, calib)
             parts.append(_Call("all_gather", group, link, param_bytes, one, last_bucket=fraction))
     return parts
 
