@@ -83,6 +83,13 @@ EMBEDDING_ID_BYTES_PER_TOKEN = 8
 BF16_BYTES = 2
 FP8_BYTES = 1
 FP32_BYTES = 4
+# NVFP4 (Transformer Engine's NVFP4BlockScaling, docs/features/low_precision_training/nvfp4/
+# nvfp4.rst): a 4-bit E2M1 value per element and one FP8 E4M3 scale per block of 16 (a per-tensor
+# FP32 scale is negligible). TE's Linear keeps its quantized input for the backward, only the
+# column-wise copy the wgrad GEMM reads (NVIDIA/TransformerEngine@d0067d0
+# transformer_engine/pytorch/module/linear.py: "Discard row-wise data since it is not needed in
+# backward pass"), so an NVFP4 linear saves its input at this size.
+NVFP4_BYTES = 0.5 + 1 / 16
 ROUTER_PROB_BYTES = 4  # fp32 router probability kept per routed token
 # Routing bookkeeping Megatron-Core keeps for backward (moe/router.py, moe/moe_utils.py permute
 # and unpermute): the int64 top-k indices (the scatter into the routing map), the bool routing
@@ -165,7 +172,7 @@ class ActivationParts:
         return max(0.0, redo) + self.backward_working
 
 
-def _mlp_inner_bytes(ffn_local: float, gated: bool, lin: int, fused: bool) -> float:
+def _mlp_inner_bytes(ffn_local: float, gated: bool, lin: float, fused: bool) -> float:
     """Per token, inside one (expert) MLP after its first linear: activation-function inputs,
     and the second linear's input. Eager SwiGLU also keeps the SiLU output and the two halves
     as separate GEMM outputs (``silu(w1 x) * w3 x``): 8 bytes per column instead of 6."""
@@ -178,13 +185,14 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
                                flash_attention: bool = True, seq_len: int = 0,
                                fp8: bool = False,
                                moe_load_imbalance: float = MOE_LOAD_IMBALANCE,
-                               fused_kernels: bool = True) -> ActivationParts:
+                               fused_kernels: bool = True, fp4: bool = False) -> ActivationParts:
     """Saved activation bytes per token of one layer on one GPU (Korthikanti, generalised).
 
     With a plain MHA model of FFN 4h, no flash attention, dropout and tp = t this is Table 2:
     ``h (10 + 24/t + 5as/(ht))`` per token, ``34h/t`` with sequence parallelism (plus the norms'
     fp32 statistics). ``seq_len`` (the attended length) only matters without flash attention.
-    With ``fp8`` Transformer Engine keeps the inputs of the linear layers in FP8 (1 byte).
+    With ``fp8`` Transformer Engine keeps the inputs of the linear layers in FP8 (1 byte), with
+    ``fp4`` (its NVFP4 recipe on the linears of an FP8 job) in NVFP4 (NVFP4_BYTES).
     Every term is checked against PyTorch blocks in tests/test_memory_pytorch.py.
     """
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
@@ -193,7 +201,9 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     kv = layout.kv_heads_per_gpu(model.kv_heads)
     b = BF16_BYTES
     fused = fused_kernels
-    lin = FP8_BYTES if fp8 and fused else BF16_BYTES  # inputs of linear layers
+    lin: float = BF16_BYTES  # inputs of linear layers, as the linears save them
+    if fp8 and fused:
+        lin = NVFP4_BYTES if fp4 else FP8_BYTES
     # Megatron's SP linears save the local shard; DTensor saves the all-gathered input.
     gathered = rep if fused else 1.0
     heads = a / t
@@ -236,7 +246,7 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
                  ("mla_up_proj", 0.0), *modules))
 
 
-def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: int,
+def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: float,
                fused: bool) -> tuple[float, float, float, float, float, float]:
     """MoE block per local token: (router input, routed copies and expert MLPs and shared
     experts, what op-level checkpointing keeps, backward working set, the experts' activation
@@ -295,7 +305,8 @@ def _activation_parts(model: Model, job: Job, layout: Layout,
         activation_bytes_per_token(model, layout, moe, flash_attention=options.flash_attention,
                                    seq_len=job.seq_len, fp8=fp8,
                                    moe_load_imbalance=options.routed_imbalance,
-                                   fused_kernels=options.fused_kernels)
+                                   fused_kernels=options.fused_kernels,
+                                   fp4=options.fp4_gemms)
         for moe in (False, True))
 
 
