@@ -323,7 +323,9 @@ def _precision(record: dict[str, Any]) -> tuple[str, Optimizer, list[str]]:
 # auto_model.py: torch_dtype "auto" -> torch.bfloat16; components/moe/config.py dtype bf16) and its
 # MoE benchmark configs (examples/llm_benchmark/*/*_te_deepep.yaml) use torch.optim.Adam. The
 # gradient stays 4 bytes: FSDP's reduce dtype there is fp32 (components/moe/parallelizer.py
-# apply_fsdp MixedPrecisionPolicy), in which unsharded gradients accumulate under pipelining.
+# apply_fsdp MixedPrecisionPolicy), in which unsharded gradients accumulate under pipelining;
+# the reduced shard (and the grad of an expert outside FSDP) is bf16, so this overstates those
+# by 2 bytes per parameter (placer has one gradient dtype).
 BF16_ADAM_SOURCES = {"AUTOMODEL_2604": "AutoModel's bf16 model with torch.optim.Adam"}
 
 
