@@ -57,7 +57,8 @@ from placer.solver import recommend  # noqa: E402
 from placer.solver.select import KNOB_TOLERANCE  # noqa: E402
 from placer.spec.cluster import Cluster  # noqa: E402
 from placer.spec.job import DEFAULT_MEMORY_HEADROOM, Job  # noqa: E402
-from placer.spec.layout import layout_problem  # noqa: E402
+from placer.spec.layout import Layout, layout_problem  # noqa: E402
+from placer.spec.model import Model  # noqa: E402
 from placer.spec.presets import cluster_preset, model_preset  # noqa: E402
 from placer.spec.recipe import Recipe, published_recipes  # noqa: E402
 from placer.spec.results import Candidate, Estimate  # noqa: E402
@@ -210,7 +211,8 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     if unmeasured:
         notes = (*notes, f"unvalidated: {unmeasured}")
     if gain > GAIN_LIMIT:
-        notes = (*notes, _mechanism(best, est))
+        notes = (*notes, _mechanism(best, est), _alone(model, cluster, planned, layout,
+                                                       best.layout))
     return Outcome(recipe, expressible, est.fits, fits_headroom, error, figure, rank, best,
                    gain, time.perf_counter() - started, notes, refusals, memory, default, rule)
 
@@ -233,6 +235,39 @@ def _mechanism(best: Estimate, recipe: Estimate) -> str:
                       f"{getattr(best.breakdown, f):.2f} s" for _, f in saved)
     return (f"mechanism: {', '.join(changed) or 'placement only'}: {moved} "
             f"(step {recipe.step_time_s:.2f} -> {best.step_time_s:.2f} s)")
+
+
+ALONE = (("micro_batch_size",), ("recompute", "recompute_modules"), ("zero_stage",), ("tp",),
+         ("pp", "vpp"), ("cp",), ("ep",))
+"""The knob groups ``_alone`` moves one at a time (dp follows the GPU count)."""
+
+
+def _alone(model: Model, cluster: Cluster, job: Job, recipe: Layout, best: Layout) -> str:
+    """What each knob #1 changes is worth on its own: the recipe with only that knob (group) set
+    as #1 has it, dp following the GPU count, its predicted gain over the recipe; a knob that
+    gives no valid layout alone is left out."""
+    base = estimate(model, cluster, job, recipe, order=DEFAULT_ORDER)
+    parts = []
+    for group in ALONE:
+        if all(getattr(recipe, f) == getattr(best, f) for f in group):
+            continue
+        update = {f: getattr(best, f) for f in group}
+        if "pp" in update and update["pp"] == 1:
+            update["vpp"] = 1
+        trial = recipe.model_copy(update=update)
+        grid = trial.tp * trial.pp * trial.cp
+        if recipe.num_gpus % grid:
+            continue
+        trial = trial.model_copy(update={"dp": recipe.num_gpus // grid})
+        if layout_problem(trial, model, job, recipe.num_gpus) is not None:
+            continue
+        est = estimate(model, cluster, job, trial, order=DEFAULT_ORDER)
+        name = dict(KNOBS)[group[0]]
+        before, after = getattr(recipe, group[0]), getattr(best, group[0])
+        fit = "" if est.memory.total_bytes <= est.memory.capacity_bytes else ", does not fit"
+        parts.append(f"{name} {before}->{after} {base.step_time_s / est.step_time_s - 1:+.1%}"
+                     f"{fit}")
+    return "each alone: " + ("; ".join(parts) if parts else "no single knob gives a valid layout")
 
 
 def _short(layout_text: str) -> str:
