@@ -11,6 +11,8 @@ from placer.solver.search import (
     SearchDetail,
     paced_estimate,
     recommend,
+    used_peaks_estimate,
 )
 
-__all__ = ["DEFAULT_TIME_LIMIT_S", "RecommendResult", "SearchDetail", "paced_estimate", "recommend"]
+__all__ = ["DEFAULT_TIME_LIMIT_S", "RecommendResult", "SearchDetail", "paced_estimate", "recommend",
+           "used_peaks_estimate"]

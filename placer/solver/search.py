@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from placer.cost import estimate, minimum_gpus_needed
 from placer.cost.groups import representative_groups, worst_placed_groups
+from placer.cost.profile import slowest_node_type
 from placer.errors import InfeasibleError
 from placer.mesh import order_text
 from placer.solver.placement import (
@@ -32,7 +33,7 @@ from placer.solver.prefer import noted, prefer_validated
 from placer.solver.reasons import memory_reason, no_degrees_reason
 from placer.solver.select import select_top
 from placer.solver.space import Degrees, degree_tuples, divisors, layout_key
-from placer.solver.stages import split_for_types
+from placer.solver.stages import split_for_types, used_peak_flops
 from placer.solver.table import CostMemo, Row, TableStats, build_table
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -199,27 +200,53 @@ def _paced_by_split(placed: _Placed, model: Model, cluster: Cluster, job: Job,
     types, and its estimate at that split's pace (so the ranking sees the gain)."""
     split = split_for_types(model, cluster, job, placed.estimate.layout, placed.placement,
                             topology)
-    if split is None:
-        return placed
-    return replace(placed, estimate=_at_stage_pace(placed.estimate, split.pace),
-                   stage_layers=split.layers, stage_notes=tuple(split.notes))
+    if split is not None:
+        placed = replace(placed, estimate=_at_stage_pace(placed.estimate, split.pace),
+                         stage_layers=split.layers, stage_notes=tuple(split.notes))
+    return replace(placed, estimate=_of_used_peaks(placed.estimate, placed.placement, cluster,
+                                                   job, topology))
 
 
 def paced_estimate(model: Model, cluster: Cluster, job: Job, est: Estimate) -> Estimate:
     """``est`` of a layout at its natural placement (a published recipe, the baseline) priced as
     the picks are: at the uneven split's pace when its stages run on different GPU types
     (``_paced_by_split``), so a comparison with the picks is like with like; else unchanged."""
-    if cluster.is_regular or est.layout.pp == 1:
+    if len({p.node_type for p in cluster.pools}) < 2:  # no split, MFU of its one GPU type
         return est
     placement = Placement(tuple(est.mesh_order), None, "natural", "")
-    split = split_for_types(model, cluster, job, est.layout, placement, topology_of(cluster))
-    return est if split is None else _at_stage_pace(est, split.pace)
+    topology = topology_of(cluster)
+    split = None if est.layout.pp == 1 else split_for_types(model, cluster, job, est.layout,
+                                                            placement, topology)
+    paced = est if split is None else _at_stage_pace(est, split.pace)
+    return _of_used_peaks(paced, placement, cluster, job, topology)
+
+
+def used_peaks_estimate(cluster: Cluster, job: Job, est: Estimate) -> Estimate:
+    """``est`` of a layout on the cluster's first GPUs (``placer estimate``) with MFU and HFU
+    of the peaks of the GPUs it runs on; unchanged on a cluster of one node type."""
+    if len({p.node_type for p in cluster.pools}) < 2:
+        return est
+    placement = Placement(tuple(est.mesh_order), None, "natural", "")
+    return _of_used_peaks(est, placement, cluster, job, topology_of(cluster))
+
+
+def _of_used_peaks(est: Estimate, placement: Placement, cluster: Cluster, job: Job,
+                   topology: ClusterTopology) -> Estimate:
+    """``est`` with MFU and HFU of the sum of the peaks of the GPUs its ranks are placed on
+    (the cost model divides by every GPU at the slowest one's peak, which on a mixed cluster
+    understates the peak: 64 A100 + 64 H100 have 2.1x the peak of 128 A100)."""
+    used = used_peak_flops(est.layout, placement, topology, cluster, job.precision)
+    if used is None:
+        return est
+    counted = est.layout.num_gpus * slowest_node_type(cluster).gpu.peak_flops(job.precision)
+    return est.model_copy(update={"mfu": est.mfu * counted / used,
+                                  "hfu": est.hfu * counted / used})
 
 
 def _at_stage_pace(est: Estimate, pace: float) -> Estimate:
     """``est`` with the parts that run at the slowest stage's pace (compute, recompute,
-    bubble) scaled by ``pace`` (an uneven split by GPU speed), and the rates that follow.
-    MFU stays of the slowest GPU's peak, the cost model's convention on mixed clusters."""
+    bubble) scaled by ``pace`` (an uneven split by GPU speed), and the rates that follow
+    (MFU still of the slowest GPU's peak: ``_of_used_peaks`` then divides by the GPUs')."""
     b = est.breakdown
     breakdown = b.model_copy(update={"compute_s": b.compute_s * pace,
                                      "recompute_s": b.recompute_s * pace,

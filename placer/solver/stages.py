@@ -74,6 +74,18 @@ def _stage_gpus(layout: Layout, placement: Placement, topology: ClusterTopology,
     return out
 
 
+def used_peak_flops(layout: Layout, placement: Placement, topology: ClusterTopology,
+                    cluster: Cluster, precision: str) -> float | None:
+    """Sum of the dense peaks (the job's precision) of the GPUs the ranks are placed on, MFU's
+    denominator, on a cluster of several node types; None on one type, where the cost model's
+    GPU count times that type's peak is the sum already."""
+    if len({p.node_type for p in cluster.pools}) < 2:
+        return None
+    return sum(cluster.node_type_of(topology.node_of(
+        placement.slots[logical] if placement.slots is not None else logical)).gpu.peak_flops(
+        precision) for logical in range(layout.num_gpus))
+
+
 class TypeSplit(NamedTuple):
     """An uneven split by GPU speed and what it changes in the step estimate."""
 
@@ -113,5 +125,5 @@ def split_for_types(model: Model, cluster: Cluster, job: Job, layout: Layout,
     uneven = max(n / s for n, s in zip(split, speeds, strict=True))
     note = (f"stages: layers {split} by GPU speed; the slowest stage's compute drops "
             f"{1 - uneven / even:.0%} against the even split (the step estimate's compute, "
-            "recompute and bubble are scaled by that; MFU stays of the slowest GPU's peak)")
+            "recompute and bubble are scaled by that; MFU is of the peaks of the GPUs used)")
     return TypeSplit(split, [note], uneven / even)
