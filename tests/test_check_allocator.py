@@ -87,6 +87,9 @@ def test_nvidias_8b_script_keeps_the_fragmentation_allowance_it_ran_with() -> No
     caching, notes = _peak_gib(())
     assert caching is not None and 71.7 < caching < 79.6
     assert any("no expandable segments" in n for n in notes)
+    options = CheckOptions(cluster=load_cluster("dgx-h100"))
+    message = check_paths([NVIDIA_8B], options).findings[0].message
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in message  # the fix
     stitched, notes = _peak_gib((("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),))
     assert stitched is None
     assert any(n.startswith("allocator: expandable segments") for n in notes)

@@ -474,6 +474,11 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
     # cost.memory_estimate sizes capacity by the cluster's smallest GPU
     gpu = min((t.gpu for t in ctx.cluster.node_types), key=lambda g: g.capacity_bytes).name
     over = memory.total_bytes > physical
+    allocator = ""
+    if memory.fragmentation_bytes:
+        allocator = (f", or export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (its "
+                     f"{memory.fragmentation_bytes / GIB:.1f} GiB are the caching allocator's "
+                     "fragmentation allowance)")
     limit = (f"the {physical / GIB:.1f} GiB of {gpu}" if over else
              f"the {memory.capacity_bytes / GIB:.1f} GiB usable on {gpu} with "
              f"{job.memory_headroom:.0%} headroom (it fits the {physical / GIB:.1f} GiB)")
@@ -482,7 +487,7 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
         f"predicted peak {memory.total_bytes / GIB:.1f} GiB per GPU (pipeline stage "
         f"{memory.worst_stage}: {biggest} GiB) exceeds {limit} for {ctx.model.name} at "
         f"seq_len={job.seq_len}, micro batch {layout.micro_batch_size}; shard more (zero, tp, "
-        "pp) or recompute",
+        f"pp) or recompute{allocator}",
         ctx.parsed.path, ctx.parsed.line_of("micro_batch_size", "tp", "seq_len"),
         candidate=index, severity=None if over else "warning")]
 
