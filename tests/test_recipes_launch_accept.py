@@ -88,6 +88,15 @@ def test_every_recipe_has_a_first_pick_its_stack_can_launch(
         assert outcome.refusals == (), f"{outcome.recipe.id}: {outcome.refusals}"
 
 
+def test_every_first_pick_keeps_the_issue16_rules(outcomes: tuple[Path, list[Any]]) -> None:
+    """On the real recipes: no #1 with CP > 2 at <= 8K within the model's error, none inside the
+    default headroom or outside its stack's rules, none > 10 % faster without a mechanism note
+    (bench/recipes.py Outcome.checks; whether the recipe itself fits is the memory model's)."""
+    _, found = outcomes
+    broken = {o.recipe.id: [c for c in o.checks if c.startswith("#1")] for o in found}
+    assert {k: v for k, v in broken.items() if v} == {}
+
+
 def test_megatron_core_and_bridge_accept_every_first_pick(cases: list[Case],
                                                           tmp_path: Path) -> None:
     written = [c for c in cases if "megatron_args.sh" in c.written]
