@@ -42,11 +42,13 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def from_validation_error(exc: ValidationError, source: str) -> PlacerError:
+def from_validation_error(exc: ValidationError, source: str,
+                          example: str | None = None) -> PlacerError:
     """Turn pydantic's multi-line report into one line about its first problem.
 
     An unknown field comes first: a misspelled required field is also reported missing under its
-    right name, and the misspelling is what the user must fix.
+    right name, and the misspelling is what the user must fix. Missing fields are named all at
+    once (those beside the first), with ``example``, a command that writes a commented one.
     """
     errors = exc.errors(include_url=False)
     first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
@@ -63,6 +65,13 @@ def from_validation_error(exc: ValidationError, source: str) -> PlacerError:
                 else "check its spelling against `placer schema`")
         return PlacerError(f"{field}: unknown field; {hint}")
     if first.get("type") == "missing":
-        return PlacerError(f"{field}: required field is missing")
+        parent = tuple(first.get("loc", ()))[:-1]
+        missing = [str(e["loc"][-1]) for e in errors
+                   if e.get("type") == "missing" and tuple(e["loc"][:-1]) == parent]
+        see = f"; `{example}` writes a commented example" if example else ""
+        if len(missing) == 1:
+            return PlacerError(f"{field}: required field is missing{see}")
+        where = ".".join([source, *map(str, parent)])
+        return PlacerError(f"{where}: required fields are missing: {', '.join(missing)}{see}")
     value = first.get("input")
     return PlacerError(f"{field}: {short_repr(value)} is not valid; {message}")

@@ -119,7 +119,7 @@ def test_cli_launch_writes_files_and_refuses_overwrite(tmp_path: Path) -> None:
     ("content", "args", "message"),
     [
         ("{not json", [], "invalid JSON"),
-        ('{"format": "placer-plan/1"}', [], "required field is missing"),
+        ('{"format": "placer-plan/1"}', [], "required fields are missing: "),
         (None, ["--candidate", "3"], "--candidate: 3 is not valid"),
         (None, ["--script", "-m evil"], "--script: '-m evil' is not valid"),
     ],

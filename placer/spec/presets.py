@@ -104,7 +104,12 @@ def validated(model_cls: type[M], data: Any, source: str) -> M:
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:
-        raise from_validation_error(exc, source) from None
+        kind = INIT_KINDS.get(model_cls.__name__)
+        raise from_validation_error(exc, source, f"placer init {kind}" if kind else None) from None
+
+
+INIT_KINDS = {"Cluster": "cluster", "Model": "model", "Job": "job"}
+"""Input files ``placer init`` writes a commented example of, by model class."""
 
 
 def read_document(path: Path) -> Any:
