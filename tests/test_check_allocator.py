@@ -93,3 +93,15 @@ def test_nvidias_8b_script_keeps_the_fragmentation_allowance_it_ran_with() -> No
     stitched, notes = _peak_gib((("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),))
     assert stitched is None
     assert any(n.startswith("allocator: expandable segments") for n in notes)
+
+
+def test_an_argument_file_is_judged_as_its_launcher_runs_it(tmp_path: Path) -> None:
+    """A file of flag arrays that no command in it uses (placer's megatron_args.sh, which
+    launch.sh sources after env.sh exports expandable segments) starts no process: its
+    allocator is its launcher's, so it is checked as placer's launch runs it, unless --env says
+    what the launcher sets."""
+    path = tmp_path / "megatron_args.sh"
+    path.write_text("PARALLEL=(--tensor-model-parallel-size 2 --micro-batch-size 1)\n")
+    assert read_config(path).settings.expandable_segments is None
+    given = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
+    assert read_config(path, given).settings.expandable_segments is False

@@ -74,7 +74,8 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
     except ShellSyntaxError as exc:
         raise PlacerError(f"{path}: not a bash script this reader follows: {exc}") from None
     values, bools, notes = _flag_values(script.words)
-    if not values and not bools:
+    sourced = not values and not bools
+    if sourced:
         # No command uses a flag: an argument file meant to be sourced (placer's own
         # megatron_args.sh): read the flags its arrays and strings hold.
         values, bools, notes = _flag_values(_defined_words(script))
@@ -103,7 +104,7 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
         parsed.lines.setdefault(BOOL_FLAGS[flag], line)
     flags = {BOOL_FLAGS[flag] for flag in bools}
     parsed.settings = _settings(ints, flags, choices, parsed)
-    _allocator(script, env, parsed)
+    _allocator(script, env, parsed, sourced)
     default_order, tp_pp_dp_order = megatron.ORDERS
     parsed.order = parse_order(tp_pp_dp_order.text if "tp_pp_dp_mapping" in flags
                                else default_order.text)
@@ -117,9 +118,12 @@ def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = Non
     return parsed
 
 
-def _allocator(script: Script, env: Mapping[str, str], parsed: ParsedConfig) -> None:
+def _allocator(script: Script, env: Mapping[str, str], parsed: ParsedConfig,
+               sourced: bool) -> None:
     """Whether the commands the script starts see expandable segments: the allocator variables
-    it was started with (``--env``, the batch header) or exports, at their final values."""
+    it was started with (``--env``, the batch header) or exports, at their final values. An
+    argument file that sets neither (placer's megatron_args.sh, which launch.sh sources after
+    env.sh) starts nothing: its launcher decides (None)."""
     environment: dict[str, str] = {}
     for name in ALLOC_CONF_VARIABLES:
         value = script.value(name)
@@ -128,7 +132,8 @@ def _allocator(script: Script, env: Mapping[str, str], parsed: ParsedConfig) -> 
             item = script.variables.get(name)
             if isinstance(item, Scalar) and item.line:
                 parsed.lines.setdefault("expandable_segments", item.line)
-    parsed.settings.expandable_segments = alloc_conf_expandable(environment)
+    parsed.settings.expandable_segments = (
+        None if sourced and not environment else alloc_conf_expandable(environment))
 
 
 def _defined_words(script: Script) -> list[Word]:

@@ -74,9 +74,10 @@ class Settings:
     fp8_param_gather: bool = False
     grad_reduce_bf16: bool = False
     optimizer_offload: bool = False
-    expandable_segments: bool = False
+    expandable_segments: bool | None = False
     """The launch script's environment runs PyTorch's allocator with expandable segments
-    (placer.spec.runtime.alloc_conf_expandable): no fragmentation allowance in its memory."""
+    (placer.spec.runtime.alloc_conf_expandable): no fragmentation allowance in its memory; None:
+    an argument file whose launcher decides."""
 
     def layout_values(self) -> dict[str, object]:
         """The Layout fields the config set (so the rest keep Layout's defaults)."""

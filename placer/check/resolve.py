@@ -377,16 +377,23 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
                runtime=runtime), known
 
 
-def _expandable_segments(ctx: _Context) -> bool:
+def _expandable_segments(ctx: _Context) -> bool | None:
     """The allocator the checked job runs with, as its launch reads it: a launch script's own
     environment (what it exports, or was given by --env), else --env alone; expandable segments
     only when that environment sets them, else the caching allocator's fragmentation is allowed
-    for (placer's own launch exports them, so a plan carries its own runtime)."""
+    for (placer's own launch exports them, so a plan carries its own runtime). An argument file
+    that sets neither is its launcher's: None, as placer's launch runs it (env.sh)."""
     parsed = ctx.parsed
     if parsed.kind in ("megatron", "megatron-deepspeed"):
         on = parsed.settings.expandable_segments
     else:
         on = alloc_conf_expandable(dict(ctx.env))
+    if on is None:
+        ctx.notes.append(
+            "allocator: an argument file, which its launcher's environment runs: checked as "
+            "placer's launch.sh runs it after env.sh (expandable segments, no fragmentation "
+            "allowance); pass --env PYTORCH_CUDA_ALLOC_CONF=... for another launcher")
+        return None
     ctx.notes.append(
         f"allocator: expandable segments ({' or '.join(ALLOC_CONF_VARIABLES)} in the job's "
         "environment): no fragmentation allowance in memory" if on else
