@@ -71,3 +71,29 @@ def test_the_mechanism_line_names_the_knobs_and_the_parts_that_drop() -> None:
     assert recipes._mechanism(best, recipe) == (
         "mechanism: TP 8->4, DP 32->64, mbs 16->2, recompute full->op: exposed TP communication "
         "4.90 -> 1.40 s, recomputation 3.50 -> 1.30 s (step 19.40 -> 14.30 s)")
+
+
+def test_each_knob_alone_moves_only_that_knob_and_dp_follows() -> None:
+    """Llama-3-8B on one DGX H100: the recipe PP2 mbs1 against a #1 PP1 mbs2 ZeRO-2; PP alone is
+    the recipe at PP1 with DP 8 (not 4), and an unchanged knob (TP) is not listed."""
+    from placer.cost import estimate
+    from placer.mesh import DEFAULT_ORDER
+    from placer.spec.job import Job
+    from placer.spec.presets import cluster_preset, model_preset
+
+    model, cluster = model_preset("llama3-8b"), cluster_preset("dgx-h100").with_nodes(1)
+    job = Job(seq_len=8192, global_batch_size=64)
+    recipe = Layout(tp=1, pp=2, dp=4, micro_batch_size=1, zero_stage=1)
+    best = Layout(tp=1, pp=1, dp=8, micro_batch_size=2, zero_stage=2)
+
+    def gain(layout: Layout) -> str:
+        base = estimate(model, cluster, job, recipe, order=DEFAULT_ORDER).step_time_s
+        step = estimate(model, cluster, job, layout, order=DEFAULT_ORDER).step_time_s
+        return f"{base / step - 1:+.1%}"
+
+    mbs = gain(recipe.model_copy(update={"micro_batch_size": 2}))
+    zero = gain(recipe.model_copy(update={"zero_stage": 2}))
+    pp = gain(recipe.model_copy(update={"pp": 1, "dp": 8}))
+    line = recipes._alone(model, cluster, job, recipe, best)
+    assert line.replace(", does not fit", "") == (
+        f"each alone: mbs 1->2 {mbs}; ZeRO 1->2 {zero}; PP 2->1 {pp}")
