@@ -543,6 +543,36 @@ ALLGATHER_CP_SOURCES = {"LLAMA3_PAPER"}
 DEEPSPEED_PIPELINE_SOURCES = {"BLOOM_REPO", "NEOX20B", "MTNLG22"}
 
 
+# Megatron-Bridge's DeepSeek-V3 performance configs run the flex token dispatcher on every GPU
+# at every release the rows come from (NVIDIA-NeMo/Megatron-Bridge v0.2.0 0fbfe7d..v0.6.0,
+# scripts/performance/configs/deepseek/*workload_base_configs.py: moe_flex_dispatcher_backend
+# "hybridep", "deepep" in B200 FP8-MX V2; utils/overrides.py applies it with
+# apply_flex_dispatcher_backend), and overlap the expert all-to-all with the other micro-batch
+# (moe_a2a_overlap=True -> comm_overlap.overlap_moe_expert_parallel_comm) in two of them: B200
+# FP8-MX V2, the PP 8 / VPP 2 / EP 32 layout of #3368 (2026-04-18), and GB200 FP8-MX from v0.5.0
+# (fcbb603, the 26.06 containers).
+BRIDGE_FLEX_DISPATCH_MODELS = ("deepseekv3",)
+BRIDGE_A2A_OVERLAP_FROM = {"gb200": (26, 6)}  # FP8-MX rows of these GPUs from this release
+
+
+def bridge_moe_dispatch(record: dict[str, Any]) -> tuple[str | None, bool]:
+    """(dispatcher, expert all-to-all overlapped) of a Megatron-Bridge MoE record, from its
+    workload config (BRIDGE_FLEX_DISPATCH_MODELS); (None, False) where it gives nothing."""
+    if (record["source_id"] not in MEGATRON_BRIDGE_SOURCES
+            or not any(m in _slug(record["model"]["name"]) for m in BRIDGE_FLEX_DISPATCH_MODELS)):
+        return None, False
+    gpu = record["hardware"]["gpu_type"].lower().split()[0]
+    mxfp8 = "mx" in (record.get("precision") or "").lower().split()[0]
+    layout = record["layout"]
+    release = re.search(r"\b(\d\d)\.(\d\d)", record.get("source_locator") or "")
+    since = BRIDGE_A2A_OVERLAP_FROM.get(gpu)
+    overlap = mxfp8 and ((gpu == "b200" and (layout.get("pp"), layout.get("vpp"),
+                                             layout.get("ep")) == (8, 2, 32))
+                         or (since is not None and release is not None
+                             and (int(release[1]), int(release[2])) >= since))
+    return "flex", overlap
+
+
 def options_for(record: dict[str, Any]) -> CostOptions:
     """What the record (or its source) says about how the framework ran the layout."""
     notes = record.get("notes") or ""
@@ -559,6 +589,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # torchtitan's attention is F.scaled_dot_product_attention, whose flash backend is
     # FlashAttention-2 (an assumption where the page does not name the backend).
     fa2 = eager or source in FA2_ATTENTION_SOURCES
+    bridge_dispatcher, bridge_a2a_overlap = bridge_moe_dispatch(record)
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
@@ -569,7 +600,9 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,
                        # DeepEP's kernels (Megatron's flex dispatcher; NeMo AutoModel's
                        # "TE + DeepEP" rows) instead of NCCL's all-to-all.
-                       moe_dispatcher="flex" if "deepep" in notes.lower() else "alltoall",
+                       moe_dispatcher=("flex" if "deepep" in notes.lower()
+                                       else bridge_dispatcher or "alltoall"),
+                       ep_comm_overlap=bridge_a2a_overlap,
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
                        cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from placer.cost import estimate
-from placer.cost.dispatch import dispatch_message, expected_ranks
+from placer.cost.collectives import DEEPEP_RDMA_EFFICIENCY
+from placer.cost.dispatch import dispatch_message, expected_ranks, rdma_message
 from placer.cost.memory import activation_bytes_per_token
 from placer.cost.options import CostOptions
 from placer.cost.pipeline import bubble_s, microbatches_in_flight, parameter_copies
@@ -126,6 +127,25 @@ def test_dispatcher_volume() -> None:
     # DeepSeek-V3: 256 experts, top-8, EP 64: DeepEP sends each token to ~7.6 ranks, not 8.
     assert expected_ranks(8, 256, 64) == pytest.approx(
         64 * (1 - math.comb(252, 8) / math.comb(256, 8)))
+
+
+def test_deepep_sends_a_token_once_per_remote_node() -> None:
+    # DeepSeek-V3 on EP 64 = 8 nodes of 32 experts: a token reaches 8 (1 - C(224,8)/C(256,8))
+    # ~ 5.3 nodes, 7/8 of them remote, against ~7.6 ranks, 56/64 of them remote.
+    tokens, h = 4096.0, 7168
+    nodes = 8 * (1 - math.comb(224, 8) / math.comb(256, 8))
+    assert rdma_message(tokens, h, 8, 256, 8, 1.0) == pytest.approx(tokens * nodes * 7 / 8 * h * 2)
+    assert rdma_message(tokens, h, 8, 256, 1, 1.0) == 0.0
+    cluster = cluster_preset("dgx-h100").with_nodes(8)
+    model = model_preset("deepseek-v3")
+    job = Job(seq_len=4096, global_batch_size=64)
+    layout = Layout(dp=64, ep=64, zero_stage=1, recompute="full")
+    est = estimate(model, cluster, job, layout, options=CostOptions(moe_dispatcher="flex"))
+    (ep,) = [c for c in est.collectives if c.dimension == "ep"]
+    # The NIC carries the remote nodes' copies at DeepEP's measured RDMA fraction of 50 GB/s.
+    remote = rdma_message(tokens, h, 8, 256, 8, CostOptions().moe_load_imbalance)
+    per_call = ep.time_s / ep.calls_per_step
+    assert per_call == pytest.approx(remote / (50e9 * DEEPEP_RDMA_EFFICIENCY), rel=0.02)
 
 
 def test_hsdp_shards_inside_the_node_and_all_reduces_across() -> None:

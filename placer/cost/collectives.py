@@ -207,11 +207,14 @@ DEEPEP_NVLINK_EFFICIENCY = (153 + 158) / 2 / 160
 DEEPEP_RDMA_EFFICIENCY = min(1.0, (43 + 43 + 58 + 57 + 51 + 50) / 6 / 50)
 
 
-def deepep_all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration) -> CollectiveTime:
+def deepep_all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration,
+                      remote_bytes: float | None = None) -> CollectiveTime:
     """DeepEP's dispatch or combine (the flex dispatcher): ``all_to_all``'s split of a rank's
     ``rank_bytes`` between node-local peers over NVLink and remote ones over its NIC, at DeepEP's
     measured fractions of the line rates (its kernels forward RDMA traffic through NVLink, so
-    the NIC's share is the bottleneck, not NCCL's pairwise exchange)."""
+    the NIC's share is the bottleneck, not NCCL's pairwise exchange). ``remote_bytes``: what
+    crosses the NIC when the caller knows it (a token sent once per remote node,
+    dispatch.rdma_message); else the remote ranks' share of ``rank_bytes``."""
     n = link.size
     if n <= 1 or rank_bytes <= 0:
         return NO_TIME
@@ -222,7 +225,9 @@ def deepep_all_to_all(link: GroupLink, rank_bytes: float, calib: Calibration) ->
         return _result(a_intra + moved / nvlink, "deepep", moved)
     m = link.max_gpus_per_node
     local = (m - 1) / n * rank_bytes / nvlink if m > 1 else 0.0
-    remote = (n - m) / n * rank_bytes / (link.inter_bytes_per_s * DEEPEP_RDMA_EFFICIENCY)
+    if remote_bytes is None:
+        remote_bytes = (n - m) / n * rank_bytes
+    remote = remote_bytes / (link.inter_bytes_per_s * DEEPEP_RDMA_EFFICIENCY)
     return _result(a_inter + max(local, remote), "deepep", moved)
 
 

@@ -28,6 +28,21 @@ def expected_ranks(top_k: int, num_experts: int, ep: int) -> float:
     return ep * (1.0 - miss)
 
 
+def rdma_message(tokens: float, hidden: int, top_k: int, num_experts: int, nodes: int,
+                 imbalance: float) -> float:
+    """Bytes one rank's DeepEP dispatch (or combine) sends over its NIC: each token once to each
+    *remote node* holding one of its experts, then forwarded over NVLink inside that node
+    (deepseek-ai/DeepEP@0297fc8 ``get_dispatch_layout`` counts ``num_tokens_per_rdma_rank``,
+    tokens per node, beside ``num_tokens_per_rank``). With ``nodes`` nodes of ``E/nodes``
+    experts each, a token reaches ``expected_ranks(top_k, E, nodes)`` distinct nodes, the
+    other nodes' share ``(nodes - 1) / nodes`` of them remote (uniform routing; DeepSeek-V3's
+    node-limited routing would reach fewer)."""
+    if nodes <= 1:
+        return 0.0
+    reached = expected_ranks(top_k, num_experts, nodes)
+    return tokens * reached * (nodes - 1) / nodes * hidden * BF16_BYTES * imbalance
+
+
 def dispatch_message(dispatcher: str, tokens: float, hidden: int, top_k: int,
                      num_experts: int, ep: int, imbalance: float) -> tuple[str, str, float]:
     """(dispatch collective, combine collective, message bytes) of one MoE layer's pass.

@@ -32,7 +32,7 @@ from placer.cost.compute import (
     recompute_flops_per_step,
     tokens_per_gpu,
 )
-from placer.cost.dispatch import dispatch_message
+from placer.cost.dispatch import dispatch_message, rdma_message
 from placer.cost.groups import GroupLinks, group_links, representative_groups
 from placer.cost.memory import memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
@@ -449,7 +449,9 @@ def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibr
                                                  layout.ep, imbalance)
     calls = LAYER_CALLS[Part.EP].per_microbatch(layout)
     if dispatcher == "flex":  # DeepEP / HybridEP kernels, not NCCL's all-to-all
-        one = coll.deepep_all_to_all(link, nbytes, calib)
+        remote = rdma_message(tokens / layout.tp, model.hidden_size, moe.top_k, moe.num_experts,
+                              link.num_nodes, imbalance)
+        one = coll.deepep_all_to_all(link, nbytes, calib, remote)
         return _PerLayer(Part.EP, (_Call(dispatch, Group.EP, link, nbytes, one, calls),),
                          calls * one.time_s)
     if dispatch == combine:
