@@ -543,34 +543,55 @@ ALLGATHER_CP_SOURCES = {"LLAMA3_PAPER"}
 DEEPSPEED_PIPELINE_SOURCES = {"BLOOM_REPO", "NEOX20B", "MTNLG22"}
 
 
-# Megatron-Bridge's DeepSeek-V3 performance configs run the flex token dispatcher on every GPU
-# at every release the rows come from (NVIDIA-NeMo/Megatron-Bridge v0.2.0 0fbfe7d..v0.6.0,
-# scripts/performance/configs/deepseek/*workload_base_configs.py: moe_flex_dispatcher_backend
-# "hybridep", "deepep" in B200 FP8-MX V2; utils/overrides.py applies it with
-# apply_flex_dispatcher_backend), and overlap the expert all-to-all with the other micro-batch
-# (moe_a2a_overlap=True -> comm_overlap.overlap_moe_expert_parallel_comm) in two of them: B200
-# FP8-MX V2, the PP 8 / VPP 2 / EP 32 layout of #3368 (2026-04-18), and GB200 FP8-MX from v0.5.0
-# (fcbb603, the 26.06 containers).
-BRIDGE_FLEX_DISPATCH_MODELS = ("deepseekv3",)
-BRIDGE_A2A_OVERLAP_FROM = {"gb200": (26, 6)}  # FP8-MX rows of these GPUs from this release
+# How Megatron-Bridge's performance configs dispatch MoE tokens, per release: each row's container
+# (25.11, 26.02, 26.04, 26.06, 26.08) runs the workload config of the Bridge release it ships
+# (NVIDIA-NeMo/Megatron-Bridge v0.2.1, v0.3.0, v0.4.0 0fbfe7d, v0.5.0 fcbb603, v0.6.0;
+# scripts/performance/configs/{deepseek,qwen,gpt_oss}/*workload_base_configs.py).
+# moe_flex_dispatcher_backend ("hybridep" / "deepep") selects the flex dispatcher
+# (utils/overrides.py: apply_flex_dispatcher_backend); moe_a2a_overlap=True sets
+# comm_overlap.overlap_moe_expert_parallel_comm, the expert all-to-all behind the other
+# micro-batch. Rules, first match wins: (model, GPU, first release, last release, MXFP8 only,
+# layout fields the config pins, dispatcher, overlap). Where the layout tells the config variant
+# apart (B200 DeepSeek-V3 FP8-MX V2 of #3368: PP 8, VPP 2, EP 32; Qwen3-30B's micro-batch 4 that
+# came with HybridEP on B200; its EP 16 H100 config of v0.4.0 on), the rule pins it.
+BridgeDispatch = tuple[str, str, tuple[int, int], tuple[int, int], bool, dict[str, int], str, bool]
+BRIDGE_MOE_DISPATCH: tuple[BridgeDispatch, ...] = (
+    ("deepseekv3", "b200", (25, 11), (99, 99), True, {"pp": 8, "vpp": 2, "ep": 32}, "flex", True),
+    ("deepseekv3", "gb200", (26, 6), (99, 99), True, {}, "flex", True),
+    ("deepseekv3", "", (25, 11), (99, 99), False, {}, "flex", False),
+    ("qwen330ba3b", "gb200", (26, 6), (99, 99), True, {}, "flex", True),
+    ("qwen330ba3b", "gb200", (25, 11), (99, 99), False, {}, "flex", False),
+    ("qwen330ba3b", "b200", (25, 11), (99, 99), False, {"mbs": 4}, "flex", False),
+    ("qwen330ba3b", "h100", (26, 4), (99, 99), False, {"ep": 16}, "flex", False),
+    ("qwen330ba3b", "h100", (26, 2), (26, 2), False, {}, "flex", True),
+    ("qwen330ba3b", "h100", (25, 11), (25, 11), False, {}, "alltoall", True),
+    ("qwen3235ba22b", "gb200", (26, 6), (99, 99), True, {"vpp": 3, "ep": 32}, "flex", True),
+    ("qwen3235ba22b", "gb200", (25, 11), (99, 99), False, {}, "flex", False),
+    ("qwen3235ba22b", "b200", (25, 11), (25, 11), False, {}, "alltoall", True),
+    ("qwen3235ba22b", "h100", (25, 11), (99, 99), False, {}, "alltoall", True),
+    ("gptoss120b", "gb200", (26, 6), (99, 99), True, {}, "flex", True),
+    ("gptoss120b", "gb200", (26, 4), (26, 4), False, {}, "flex", True),
+    ("gptoss120b", "b200", (26, 4), (26, 4), False, {"ep": 8}, "flex", False),
+)
 
 
 def bridge_moe_dispatch(record: dict[str, Any]) -> tuple[str | None, bool]:
-    """(dispatcher, expert all-to-all overlapped) of a Megatron-Bridge MoE record, from its
-    workload config (BRIDGE_FLEX_DISPATCH_MODELS); (None, False) where it gives nothing."""
-    if (record["source_id"] not in MEGATRON_BRIDGE_SOURCES
-            or not any(m in _slug(record["model"]["name"]) for m in BRIDGE_FLEX_DISPATCH_MODELS)):
+    """(dispatcher, expert all-to-all overlapped) of a Megatron-Bridge MoE record from its
+    release's workload config (BRIDGE_MOE_DISPATCH); (None, False) where no rule matches."""
+    release = re.search(r"\b(\d\d)\.(\d\d)", record.get("source_locator") or "")
+    if record["source_id"] not in MEGATRON_BRIDGE_SOURCES or release is None:
         return None, False
+    version = (int(release[1]), int(release[2]))
+    name = _slug(record["model"]["name"])
     gpu = record["hardware"]["gpu_type"].lower().split()[0]
     mxfp8 = "mx" in (record.get("precision") or "").lower().split()[0]
-    layout = record["layout"]
-    release = re.search(r"\b(\d\d)\.(\d\d)", record.get("source_locator") or "")
-    since = BRIDGE_A2A_OVERLAP_FROM.get(gpu)
-    overlap = mxfp8 and ((gpu == "b200" and (layout.get("pp"), layout.get("vpp"),
-                                             layout.get("ep")) == (8, 2, 32))
-                         or (since is not None and release is not None
-                             and (int(release[1]), int(release[2])) >= since))
-    return "flex", overlap
+    fields = {**record["layout"], "mbs": record["batch"].get("micro_batch_size")}
+    for model, on, first, last, mx_only, pinned, dispatcher, overlap in BRIDGE_MOE_DISPATCH:
+        if (model in name and (not on or gpu == on) and first <= version <= last
+                and (mxfp8 or not mx_only)
+                and all(fields.get(k) == v for k, v in pinned.items())):
+            return dispatcher, overlap
+    return None, False
 
 
 def options_for(record: dict[str, Any]) -> CostOptions:
