@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # placer.spec.layout imports this module
@@ -72,10 +73,16 @@ class PipelineSplit:
     @property
     def rank_layers(self) -> list[int]:
         """Decoder layers each rank holds."""
+        return list(self._rank_layers)
+
+    @cached_property
+    def _rank_layers(self) -> tuple[int, ...]:
+        # Counted once per split: the search asks every layout it filters (resolve_split hands
+        # out the same split for the same arguments).
         out = [0] * self.pp
         for chunk, size in enumerate(self.chunks):
             out[self.rank_of(chunk)] += size
-        return out
+        return tuple(out)
 
     @property
     def megatron_layout(self) -> str:
@@ -245,6 +252,7 @@ def _balanced(num_layers: int, pp: int, vpp: int) -> PipelineSplit | Problem:
     return PipelineSplit(chunks=tuple(sizes), pp=pp, embedding_in_split=True, loss_in_split=True)
 
 
+@lru_cache(maxsize=16384)  # pure in its arguments; the search resolves the same split per layout
 def resolve_split(num_layers: int, pp: int, vpp: int, *, first: int | None = None,
                   last: int | None = None, embedding: bool = False, loss: bool = False,
                   pp_layout: str | None = None, stage_layers: tuple[int, ...] | None = None,
