@@ -85,15 +85,15 @@ def plan_in_steps(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     result = recommend_fn(model, cluster, job, top_k=top_k, profile=profile)
     candidates: list[Candidate] = list(result.candidates)
     best = candidates[0]
+    variants: Iterator[WhatIf] = iter(())
+    if with_what_ifs:  # they start now (forked where there is a second CPU), beside what follows
+        variants = what_ifs(model, cluster, job, recommend_fn, result.tuples, profile)
     say("estimating the common default")
     baseline = common_default(model, cluster, job, best.layout.num_gpus, _paced(estimate_fn),
                               profile)
     explanation = explain(model, cluster, job, candidates, baseline, [])
     plan = build_plan(model, cluster, job, candidates, stats=result.stats,
                       defaults_used=defaults_used, explanation=explanation)
-    variants: Iterator[WhatIf] = iter(())
-    if with_what_ifs:
-        variants = what_ifs(model, cluster, job, recommend_fn, result.tuples, profile)
     return Recommendation(plan, baseline), variants
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from placer.errors import PlacerError
+from placer.report.forked import forked_map
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout
@@ -86,9 +87,13 @@ def tuples_for(tuples: Sequence[Degrees], cluster: Cluster, variant: Cluster) ->
 def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn,
              tuples: Sequence[Degrees], profile: Any = None) -> Iterator[WhatIf]:
     """The best layout of each variant over the degree ``tuples`` of the main search's table
-    (``tuples_for``), each yielded as soon as it is known. Only its layout and step time are
-    read, so ``recommend_fn`` (``placer.solver.recommend``) writes no rank map."""
-    for label, variant_cluster, variant_job in variants(cluster, job):
+    (``tuples_for``), in the order of ``variants``. They are independent searches, so they start
+    at once, in forked children where there is a second CPU (``forked.forked_map``), while the
+    caller prints the main answer; each is yielded as soon as it is known. Only its layout and
+    step time are read, so ``recommend_fn`` (``placer.solver.recommend``) writes no rank map."""
+
+    def solve(variant: tuple[str, Cluster, Job]) -> WhatIf:
+        label, variant_cluster, variant_job = variant
         among = tuples_for(tuples, cluster, variant_cluster)
         try:
             try:
@@ -98,7 +103,8 @@ def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn
                 found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
                                      profile=profile, rank_maps=False)
         except PlacerError as exc:
-            yield WhatIf(label, None, None, str(exc))
-            continue
+            return WhatIf(label, None, None, str(exc))
         best = found.candidates[0]
-        yield WhatIf(label, best.layout, best.step_time_s)
+        return WhatIf(label, best.layout, best.step_time_s)
+
+    return forked_map(solve, variants(cluster, job))

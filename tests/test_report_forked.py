@@ -1,0 +1,56 @@
+"""forked_map: results in order from forked children, failures redone here, one CPU in-process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from placer.report import forked
+from placer.report.forked import forked_map
+
+needs_fork = pytest.mark.skipif(forked.usable_cpus() < 2 or not hasattr(os, "fork"),
+                                reason="needs fork and two usable CPUs")
+
+
+@needs_fork
+def test_results_come_from_children_in_order() -> None:
+    parent = os.getpid()
+    results = list(forked_map(lambda n: (n * n, os.getpid()), list(range(5))))
+    assert [square for square, _ in results] == [0, 1, 4, 9, 16]
+    pids = {pid for _, pid in results}
+    assert parent not in pids and len(pids) == 5  # one child each
+
+
+@needs_fork
+def test_a_failed_or_unpicklable_item_is_computed_here() -> None:
+    parent = os.getpid()
+
+    def fn(n: int) -> object:
+        if n == 1 and os.getpid() != parent:
+            raise RuntimeError("only in a child")
+        if n == 2 and os.getpid() != parent:
+            return lambda: n  # a child cannot pickle it; the parent's own result is used
+        return ("here" if os.getpid() == parent else "child", n)
+
+    results = list(forked_map(fn, [0, 1, 2, 3]))
+    assert results[0] == ("child", 0) and results[1] == ("here", 1)
+    assert results[2] == ("here", 2) and results[3] == ("child", 3)
+
+
+@needs_fork
+def test_children_start_before_the_results_are_read(tmp_path) -> None:
+    marks = [tmp_path / f"{n}" for n in range(2)]
+    results = forked_map(lambda n: marks[n].write_text("done") and n, [0, 1])
+    deadline = time.monotonic() + 10
+    while not all(m.exists() for m in marks) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(m.exists() for m in marks)
+    assert list(results) == [0, 1]
+
+
+def test_one_cpu_computes_in_this_process(monkeypatch) -> None:
+    monkeypatch.setattr(forked, "usable_cpus", lambda: 1)
+    parent = os.getpid()
+    assert list(forked_map(lambda n: (n, os.getpid()), [3, 4])) == [(3, parent), (4, parent)]
