@@ -1,0 +1,60 @@
+"""bench/accuracy.py reads each source's memory settings from the framework configs it ran.
+
+Each case below is a fact of the framework's own source (cited in bench/accuracy.py and
+docs/sources.md 9.4); the test checks the published rows are turned into placer inputs that say
+the same, so a change in how rows are read cannot silently drop it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import accuracy  # noqa: E402
+
+RECORDS = json.loads((REPO / "bench" / "data" / "published-runs.json").read_text())["records"]
+
+
+def _cases(source: str) -> list[accuracy.Case]:
+    cases = []
+    for record in RECORDS:
+        if record["source_id"] == source:
+            try:
+                cases.append(accuracy.case_for(record))
+            except accuracy.Skip:
+                continue
+    assert cases, source
+    return cases
+
+
+def test_automodel_moe_runs_keep_bf16_adam_moments_and_no_master_copy() -> None:
+    """AutoModel builds its MoE models in bf16 and its benchmark configs step them with
+    torch.optim.Adam: 2 + 2 bytes of moments, no fp32 master; its dense Llama row uses TE's
+    FusedAdam and keeps the default."""
+    for case in _cases("AUTOMODEL_2604"):
+        opt = case.job.optimizer
+        if case.model.moe is not None:
+            assert (opt.master_param_bytes, opt.state_bytes) == (0, 4), case.record_id
+        else:
+            assert (opt.master_param_bytes, opt.state_bytes) == (4, 8), case.record_id
+
+
+def test_bridge_megatron_fsdp_llama3_70b_on_gb200_offloads_as_its_workload_config() -> None:
+    """Megatron-Bridge's GB200 Llama-3-70B FP8-CS workload (Megatron-FSDP, TP1) offloads the
+    activations of 40 layers; its MXFP8/NVFP4 workloads run TP2 PP4 and offload nothing."""
+    rows = [c for source in accuracy.MEGATRON_BRIDGE_SOURCES for c in _cases(source)
+            if c.model.num_layers == 80 and "gb200" in c.record_id and "70b" in c.record_id]
+    fsdp = [c for c in rows if c.layout.zero_stage == 3 and c.job.precision == "fp8"]
+    assert fsdp and all(c.layout.offload_layers == 40 for c in fsdp)
+    assert all(c.layout.offload_layers == 0 for c in rows if c.layout.pp > 1)
+
+
+def test_torchtitans_compiled_runs_compile_the_loss_from_june_2025() -> None:
+    """torchtitan compiles the loss with the model from its June 2025 code on (compile.components
+    defaults to model and loss), not in the Dec 2024 runs."""
+    assert all(c.options.compiled_loss for c in _cases("TORCHTITAN_MXFP8_MOE"))
+    assert not any(c.options.compiled_loss for c in _cases("TORCHTITAN_2412"))
