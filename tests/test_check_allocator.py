@@ -105,3 +105,26 @@ def test_an_argument_file_is_judged_as_its_launcher_runs_it(tmp_path: Path) -> N
     assert read_config(path).settings.expandable_segments is None
     given = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
     assert read_config(path, given).settings.expandable_segments is False
+
+
+def test_megatrons_te_cross_entropy_flags_are_read(tmp_path: Path) -> None:
+    """--cross-entropy-fusion-impl te picks Transformer Engine's loss kernel only together with
+    --cross-entropy-loss-fusion (megatron-core LanguageModule.compute_language_model_loss); the
+    checked job then keeps the bf16 logits, so NVIDIA's 8B script's peak drops by 4 bytes per
+    logit entry of its 8192 x 128256 local logits."""
+    path = tmp_path / "train.sh"
+    both = "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+    for flags, impl in ((both, "te"), ("--cross-entropy-fusion-impl te", "native"),
+                        ("--cross-entropy-loss-fusion", "native")):
+        path.write_text(SCRIPT.format(line="").replace("--global-batch-size 64",
+                                                       f"--global-batch-size 64 {flags}"))
+        assert read_config(path).settings.cross_entropy_impl == impl, flags
+    native, _ = _peak_gib(())
+    text = NVIDIA_8B.read_text().replace("--cross-entropy-loss-fusion", both)
+    copy = tmp_path / NVIDIA_8B.name
+    copy.write_text(text)
+    report = check_paths([copy], CheckOptions(cluster=load_cluster("dgx-h100")))
+    te = float(report.findings[0].message.split("predicted peak ")[1].split(" GiB")[0])
+    assert native is not None
+    # 4 B x 8192 x 128256 = 3.9 GiB, plus the fragmentation allowance's 15/85 of it
+    assert native - te == pytest.approx(4 * 8192 * 128256 / 2**30 / 0.85, abs=0.1)

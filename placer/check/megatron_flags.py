@@ -35,6 +35,7 @@ _READ_ONLY_CHOICE_FLAGS = {
     megatron.LAYOUT_FLAG: "pp_layout",
     megatron_deepspeed.CONFIG_FLAG: "deepspeed_config",
     "recompute-modules": "recompute_modules",
+    "cross-entropy-fusion-impl": "cross_entropy_impl",
 }
 # flags taking several values (argparse nargs="+")
 LIST_FLAGS = ("recompute-modules",)
@@ -43,6 +44,7 @@ _READ_ONLY_BOOL_FLAGS = {
     "standalone": "standalone",
     "fp8-param-gather": "fp8_param_gather",
     "grad-reduce-in-bf16": "grad_reduce_bf16",
+    "cross-entropy-loss-fusion": "cross_entropy_fusion",
     "fp8-hybrid": "fp8",
     "fp8-e4m3": "fp8",
     megatron_deepspeed.ENABLE_FLAG: "deepspeed",

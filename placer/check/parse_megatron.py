@@ -294,6 +294,10 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
     s.fp8_param_gather = "fp8_param_gather" in flags and s.precision == "fp8"
     s.grad_reduce_bf16 = "grad_reduce_bf16" in flags
     s.optimizer_offload = "optimizer_offload" in flags
+    # Megatron's --cross-entropy-fusion-impl (native, te) picks the kernel of
+    # --cross-entropy-loss-fusion; without the fusion flag the unfused vocab-parallel loss runs.
+    if "cross_entropy_fusion" in flags and choices.get("cross_entropy_impl") == "te":
+        s.cross_entropy_impl = "te"
     return s
 
 

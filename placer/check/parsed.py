@@ -74,6 +74,9 @@ class Settings:
     fp8_param_gather: bool = False
     grad_reduce_bf16: bool = False
     optimizer_offload: bool = False
+    cross_entropy_impl: Literal["native", "te"] = "native"
+    """Megatron's fused cross-entropy kernel (--cross-entropy-loss-fusion with
+    --cross-entropy-fusion-impl te keeps the bf16 logits: memory.TE_LOSS_PEAK_BYTES_PER_ENTRY)."""
     expandable_segments: bool | None = False
     """The launch script's environment runs PyTorch's allocator with expandable segments
     (placer.spec.runtime.alloc_conf_expandable): no fragmentation allowance in its memory; None:

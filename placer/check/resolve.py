@@ -372,6 +372,7 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
         known = True
     runtime = Runtime(grad_reduce_dtype="bf16" if s.grad_reduce_bf16 else None,
                       fp8_param_gather=s.fp8_param_gather and s.precision == "fp8",
+                      cross_entropy_impl="te" if s.cross_entropy_impl == "te" else None,
                       expandable_segments=_expandable_segments(ctx))
     return Job(seq_len=seq_len, global_batch_size=gbs, precision=s.precision,
                runtime=runtime), known
