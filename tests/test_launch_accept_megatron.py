@@ -69,8 +69,10 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
             job.global_batch_size, job.seq_len), case.id
         ddp = got["ddp"]
         assert ddp["use_distributed_optimizer"] == (layout.zero_stage >= 1), case.id
-        assert ddp["use_megatron_fsdp"] == (layout.zero_stage == 3), case.id
-        if layout.zero_stage == 3:
+        assert ddp["use_megatron_fsdp"] == (layout.zero_stage >= 2), case.id
+        assert ddp["data_parallel_sharding_strategy"] == (
+            megatron.FSDP_STRATEGY.get(layout.zero_stage, "no_shard")), case.id
+        if layout.zero_stage >= 2:
             # Megatron-FSDP's checkpoint format (arguments.py core_v0.16.1 L690).
             assert got["args"]["ckpt_format"] == megatron.FSDP_CKPT_FORMAT, case.id
         if "megatron_bridge_overrides.yaml" in case.written:

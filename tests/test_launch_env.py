@@ -86,7 +86,8 @@ def test_every_export_has_a_reason_and_debug_variables_need_debug(tmp_path: Path
     ("cluster_name", "layout", "why"),
     [
         ("dgx-h100", Layout(tp=1, dp=16, zero_stage=1), None),
-        ("dgx-h100", Layout(tp=4, dp=4, zero_stage=3), "ZeRO-3/FSDP"),
+        ("dgx-h100", Layout(tp=4, dp=4, zero_stage=3), "zero=3 (Megatron-FSDP"),
+        ("dgx-h100", Layout(tp=4, dp=4, zero_stage=2), "zero=2 (Megatron-FSDP"),
         ("dgx-b200", Layout(tp=4, dp=4, zero_stage=1), "Blackwell"),
         ("gb200-nvl72", Layout(tp=4, dp=2, zero_stage=1), "Blackwell"),
     ],

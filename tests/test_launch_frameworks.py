@@ -105,6 +105,16 @@ def test_megatron_tp_pp_dp_order_fsdp_and_full_recompute(tmp_path: Path) -> None
     assert "(with --use-tp-pp-dp-mapping) gives exactly the plan's groups" in _unwrapped(text)
 
 
+def test_megatron_zero2_is_megatron_fsdp_optim_grads(tmp_path: Path) -> None:
+    """ZeRO-2 as the megatron-core stack defines it (zero_stages: 2 = Megatron-FSDP
+    optim_grads), not the distributed optimizer alone (that is ZeRO-1: unsharded gradients)."""
+    layout = Layout(tp=2, dp=8, zero_stage=2, sequence_parallel=True)
+    args, text = _megatron(_plan(layout), tmp_path)
+    assert args.use_megatron_fsdp and args.data_parallel_sharding_strategy == "optim_grads"
+    assert args.ckpt_format == "fsdp_dtensor" and args.use_distributed_optimizer
+    assert "Megatron-FSDP (optim_grads) shards gradients and optimizer state" in _unwrapped(text)
+
+
 def test_megatron_default_order_selective_recompute_and_fp8(tmp_path: Path) -> None:
     job = Job(name="fp8-job", seq_len=4096, global_batch_size=64, precision="fp8")
     layout = Layout(tp=2, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True)

@@ -76,6 +76,8 @@ BOOL_FLAGS = {
 LAYOUT_FLAG = "pipeline-model-parallel-layout"
 # ZeRO stage each --data-parallel-sharding-strategy amounts to (docs/sources.md 6.2).
 SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+# The Megatron-FSDP strategy written for each ZeRO stage it runs (2 and 3).
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 # Megatron-FSDP with full sharding (ZeRO-3) checkpoints only in this format: core_v0.14.0
 # arguments.py L638, core_v0.15.3 L718, core_v0.16.1 L690 ("Megatron FSDP only supports
 # fsdp_dtensor checkpoint format"); the format is a --ckpt-format choice from 0.14.0 on.
@@ -98,9 +100,10 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     """What ``version`` rejects in this plan (an empty list: the flags run as written)."""
     layout = placed.layout
     out: list[str] = []
-    if layout.zero_stage == 3 and version_key(version) < version_key(FSDP_SINCE):
-        out.append("has no --use-megatron-fsdp for zero=3 (added in core_v0.14.0, arguments.py "
-                   "L2425); use --framework-version megatron=0.14 or newer, or zero <= 2")
+    if layout.zero_stage >= 2 and version_key(version) < version_key(FSDP_SINCE):
+        out.append(f"has no --use-megatron-fsdp for zero={layout.zero_stage} (added in "
+                   "core_v0.14.0, arguments.py L2425); use --framework-version megatron=0.14 or "
+                   "newer, or zero <= 1")
     if layout.pp > 1 and layout.pipeline_schedule not in SCHEDULES:
         out.append(f"runs the {'/'.join(SCHEDULES)} pipeline schedules only (schedules.py "
                    f"get_forward_backward_func); the plan uses {layout.pipeline_schedule}")
@@ -147,11 +150,13 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
                     ("--recompute-num-layers", "1")]
     if layout.offload_layers:
         out.append(("--cpu-offloading-num-layers", str(layout.offload_layers)))
-    if layout.zero_stage == 3:
-        # Megatron-FSDP with full sharding = ZeRO-3 (Megatron-Core FSDP user guide flags); it
-        # needs the fsdp_dtensor checkpoint format (FSDP_CKPT_FORMAT).
+    if layout.zero_stage >= 2:
+        # Megatron-FSDP = ZeRO-2/3 (Megatron-Core FSDP user guide flags; the stack's zero_stages):
+        # optim_grads shards gradients and optimizer state and reduce-scatters every backward,
+        # optim_grads_params the parameters too (megatron_fsdp.py, core_v0.16.1); it needs the
+        # fsdp_dtensor checkpoint format (FSDP_CKPT_FORMAT).
         out += [("--use-megatron-fsdp",),
-                ("--data-parallel-sharding-strategy", "optim_grads_params"),
+                ("--data-parallel-sharding-strategy", FSDP_STRATEGY[layout.zero_stage]),
                 ("--ckpt-format", FSDP_CKPT_FORMAT),
                 ("--no-gradient-accumulation-fusion",), ("--use-distributed-optimizer",)]
     elif layout.zero_stage >= 1:

@@ -62,7 +62,7 @@ def overrides(placed: Placed) -> dict[str, object]:
                      recompute_num_layers=layout.recompute_layers or 1)
     if layout.offload_layers:
         model["cpu_offloading_num_layers"] = layout.offload_layers
-    fsdp = layout.zero_stage == 3
+    fsdp = layout.zero_stage >= 2  # Megatron-FSDP: optim_grads (ZeRO-2), optim_grads_params
     distributed = layout.zero_stage >= 1
     out: dict[str, object] = {
         "model": model,
@@ -70,8 +70,8 @@ def overrides(placed: Placed) -> dict[str, object]:
                   "global_batch_size": plan.job.global_batch_size},
         "dataset": {"sequence_length": plan.job.seq_len},
         "ddp": {"use_distributed_optimizer": distributed, "use_megatron_fsdp": fsdp,
-                "data_parallel_sharding_strategy": "optim_grads_params" if fsdp
-                else "no_shard"},
+                "data_parallel_sharding_strategy": megatron.FSDP_STRATEGY[layout.zero_stage]
+                if fsdp else "no_shard"},
         "optimizer": {"use_distributed_optimizer": distributed},
         "dist": {"use_megatron_fsdp": fsdp,
                  "use_tp_pp_dp_mapping": megatron.fit(placed).flag == megatron.TP_PP_DP_FLAG},

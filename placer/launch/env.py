@@ -54,9 +54,9 @@ def _max_connections(layout: Layout, node_type: NodeType) -> EnvLine | None:
     paths assert it is not 1 (docs/sources.md 3 and 6.3)."""
     if layout.tp == 1 and layout.cp == 1:
         return None
-    if layout.zero_stage == 3:
-        return EnvNote("CUDA_DEVICE_MAX_CONNECTIONS is not set: with ZeRO-3/FSDP (zero=3) "
-                       "Megatron's FSDP paths assert it is not 1")
+    if layout.zero_stage >= 2:
+        return EnvNote(f"CUDA_DEVICE_MAX_CONNECTIONS is not set: with zero={layout.zero_stage} "
+                       "(Megatron-FSDP, FSDP) Megatron's FSDP paths assert it is not 1")
     if is_blackwell_or_newer(node_type.gpu):
         return EnvNote(f"CUDA_DEVICE_MAX_CONNECTIONS is not set: on {node_type.gpu.name} "
                        "(Blackwell) TP/CP overlap no longer needs one hardware queue")

@@ -38,13 +38,16 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
     uneven = megatron.uneven_note(placement)
     if uneven:
         notes.append(uneven)
-    if layout.zero_stage in (1, 2):
-        notes.append(f"zero={layout.zero_stage}: Megatron's distributed optimizer shards the "
-                     "optimizer state over DP x CP and reduce-scatters gradients.")
-    if layout.zero_stage == 3:
-        notes.append("zero=3: Megatron-FSDP saves and loads only --ckpt-format "
-                     f"{megatron.FSDP_CKPT_FORMAT}, and needs CUDA_DEVICE_MAX_CONNECTIONS "
-                     "unset or above 1 (env.sh leaves it unset).")
+    if layout.zero_stage == 1:
+        notes.append("zero=1: Megatron's distributed optimizer shards the optimizer state over "
+                     "DP x CP and reduce-scatters gradients once per step.")
+    if layout.zero_stage >= 2:
+        what = "gradients and optimizer state" if layout.zero_stage == 2 else "everything"
+        notes.append(f"zero={layout.zero_stage}: Megatron-FSDP "
+                     f"({megatron.FSDP_STRATEGY[layout.zero_stage]}) shards {what} and "
+                     "reduce-scatters gradients every micro-batch; it saves and loads only "
+                     f"--ckpt-format {megatron.FSDP_CKPT_FORMAT}, and needs "
+                     "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (env.sh leaves it unset).")
     lines = ["# shellcheck shell=bash", *comment_block(notes),
              *(f"# {line}" for line in world_line(placement)),
              "# shellcheck disable=SC2034  # read by the script that sources this file",
