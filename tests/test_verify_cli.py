@@ -156,3 +156,17 @@ def test_a_candidate_of_another_shape_is_skipped_without_a_prediction(tmp_path: 
     assert "1 node(s) x 4 ranks (4 in all), but this machine, 2 ranks" in (results[0].error or "")
     table = render(results_document("p", "l", options, "s", results, summary, None))
     assert table[1].split()[3:6] == ["skipped", "-", "-"]
+
+
+def test_output_folders_that_cannot_be_made_are_one_line_errors(tmp_path: Path) -> None:
+    """--work-dir and --emit-config under a file: a user error before any run, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x\n")
+    emulated = [str(EXAMPLE / "plan.json"), "--top", "1", "--emulate", "2x2",
+                "--inter-node-mbit", "400"]
+    _one_error_line(placer("verify", *emulated, "--work-dir", str(blocker / "w")),
+                    "--work-dir: cannot make", "Not a directory")
+    _one_error_line(placer("verify", *emulated, "--emit-config", str(blocker / "e")),
+                    "--emit-config: cannot make")
+    _one_error_line(placer("calibrate", "--emulate", "2x2", "--work-dir", str(blocker / "c")),
+                    "--work-dir: cannot make")

@@ -62,11 +62,20 @@ def _cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _make_folder(path: Path, option: str) -> None:
+    """``mkdir -p`` of an output folder, a user error when it cannot be made there."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlacerError(f"{option}: cannot make {path} ({exc.strerror or exc}); choose "
+                          "another folder") from None
+
+
 @contextmanager
 def _work_dir(given: Path | None, prefix: str) -> Iterator[tuple[Path, list[bool]]]:
     """The given directory (kept), or a temporary one removed unless ``keep[0]`` is set."""
     if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
+        _make_folder(given, "--work-dir")
         yield given, [True]
         return
     path = Path(tempfile.mkdtemp(prefix=prefix))
@@ -583,7 +592,7 @@ def _emit_replays(plan_path: Path, plan: Plan, profile: LinkProfile | None,
     from placer.verify.runner import torchrun_hint
     from placer.verify.session import emit
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_folder(out_dir, "--emit-config")
     if profile is not None and not (out_dir / "profile.yaml").is_file():
         _write_profile(out_dir / "profile.yaml", profile, "--emit-config")
     for placement, config, results in emit(plan, profile, options, out_dir):
