@@ -62,6 +62,26 @@ def test_the_tour_has_the_commands_a_newcomer_needs() -> None:
         assert command in firsts, command
 
 
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_readme_installs_what_the_tour_needs() -> None:
+    """The first install line (``pip install -e .``) brings what the tour's plain commands import
+    (--plot draws with matplotlib); calibrate and verify need torch, the ``verify`` extra the
+    README's test setup installs, and the README says so above the tour."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert any("--plot" in c for c in COMMANDS)
+    assert "matplotlib" in _requirement_names(project["dependencies"])
+    assert "torch" not in _requirement_names(project["dependencies"])
+    assert "torch" in _requirement_names(project["optional-dependencies"]["verify"])
+    assert re.search(r"pip install -q -e '\.\[dev,verify\]' torch==", text)
+    tour_intro = text.split("## A short tour", 1)[1].split("```bash", 1)[0]
+    assert "`calibrate` and `verify` also need torch" in tour_intro
+
+
 @pytest.mark.parametrize("command", [
     pytest.param(c, marks=pytest.mark.serial) if any(f in c.split() for f in EMULATED) else c
     for c in COMMANDS])  # serial: calibrate times the emulated links (tests/conftest.py)
