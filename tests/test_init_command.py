@@ -45,3 +45,10 @@ def test_the_examples_run_together(tmp_path: Path, capsys: pytest.CaptureFixture
                           "--no-what-if", "--quiet"], capsys)
     assert code == 0, err
     assert "my-model" in out and "4 x hgx-h100 (32 usable GPUs" in out
+
+
+def test_the_kind_ignores_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c.yaml"
+    code, _, err = cli(["init", "Cluster", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert isinstance(load_cluster(str(out)), Cluster)

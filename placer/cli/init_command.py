@@ -23,7 +23,7 @@ def example_text(kind: str) -> str:
 
 
 @click.command("init")
-@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("kind", type=click.Choice(KINDS, case_sensitive=False))
 @click.option("--out", "out_path", type=click.Path(path_type=Path), metavar="FILE",
               help="where to write it  [default: KIND.yaml here]")
 @click.option("--force", is_flag=True, help="replace FILE if it exists")
