@@ -133,8 +133,7 @@ def child_brute(name: str) -> dict[str, Any]:
     space = search_space(model, cluster, job)
     started = time.perf_counter()
     rows, stats = build_table(model, cluster, job, space.degrees, keep=TOP_K)
-    picks = select_top(rows, job, [r.layout.num_gpus for r in rows], k=TOP_K,
-                       max_tp=None, time_limit_s=5.0)
+    picks = select_top(rows, job, [r.layout.num_gpus for r in rows], k=TOP_K, max_tp=None)
     search_s = time.perf_counter() - started
     layouts = sum(knob_options(d, model, job).count() for d in space.degrees)
     if layouts > BRUTE_LIMIT:

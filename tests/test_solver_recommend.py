@@ -42,8 +42,7 @@ def test_bounded_search_finds_the_brute_force_top_k(model_name: str, nodes: int)
     degrees = _tuples(model_name, cluster, SMALL)
     rows, stats = build_table(model, cluster, SMALL, degrees, keep=5)
     assert stats.bound_violations == 0 and not stats.exhaustive
-    picked = select_top(rows, SMALL, [r.layout.num_gpus for r in rows], k=5, max_tp=8,
-                        time_limit_s=5.0)
+    picked = select_top(rows, SMALL, [r.layout.num_gpus for r in rows], k=5, max_tp=8)
     brute, costed = exhaustive_rows(model, cluster, SMALL, degrees)
     assert stats.estimates < costed
     reference = pareto_rows(least_recompute(brute))

@@ -1,4 +1,5 @@
-"""The solver: candidate space, costed table, CP-SAT choice, rank -> GPU placement, top K.
+"""The solver: candidate space, costed table, the choice under constraints, rank -> GPU
+placement, top K.
 
 ``recommend(model, cluster, job, top_k=5)`` returns a ``RecommendResult``: ranked ``Candidate``
 objects (layout, placement as a rank map, cost breakdown) and ``SearchStats``; it raises

@@ -1,9 +1,10 @@
-"""``recommend``: the degree space, the costed table, CP-SAT's top K, then placement.
+"""``recommend``: the degree space, the costed table, the top K rows, then placement.
 
 1. Degree tuples (space.py) under the NVLink rule and the job's constraints; on irregular
    clusters the tuples may use fewer GPUs than are healthy.
 2. The costed table (table.py): branch and bound with the cost model, natural placement.
-3. CP-SAT (select.py) picks the best distinct rows, a few more than asked.
+3. The selection (select.py) picks the best distinct rows under the job's constraints, a few
+   more than asked (an exact scan of the rows: each row's checks are constants of the row).
 4. Placement (placement.py) for each pick: mesh orders and node tilings on regular clusters,
    the reduced CP-SAT model on irregular ones; the full cost model ranks every placement, and the
    picks are re-ranked by their best placement before the top K are kept.
@@ -44,8 +45,9 @@ from placer.spec.results import Candidate, Estimate, SearchStats
 from placer.topology import ClusterTopology, topology_of
 
 DEFAULT_TIME_LIMIT_S = 10.0
-"""CP-SAT budget per recommend call (deterministic seconds), shared by selection and
-placement; the measured models finish far below it (bench/search_speed.py)."""
+"""CP-SAT budget per recommend call (deterministic seconds): half of it is the placements'
+(irregular clusters' segment models; a mixed cluster's stage split has its own), shared by the
+picks; the measured models finish far below it (bench/search_speed.py)."""
 
 EXTRA_PICKS = 3
 """Picks beyond top K that also get a placement search, since a better placement can move one
@@ -312,10 +314,10 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
               rank_maps: bool = True) -> RecommendResult:
     """The best ``top_k`` distinct layouts with their placements, best first.
 
-    ``time_limit_s`` is CP-SAT's budget in deterministic seconds (about seconds of one core),
-    half for the selection and half for placement, so the answer does not depend on machine
-    load. With ``among`` only those of the space's degree tuples are searched (a what-if
-    re-ranks the tuples of the main search's table), every knob setting of them as usual.
+    ``time_limit_s`` is CP-SAT's budget in deterministic seconds (about seconds of one core);
+    placement gets half of it, so the answer does not depend on machine load. With ``among``
+    only those of the space's degree tuples are searched (a what-if re-ranks the tuples of the
+    main search's table), every knob setting of them as usual.
     Rank maps (one entry per GPU: most of the time at 100,000 GPUs) are written for the final
     candidates only; ``rank_maps=False`` leaves them empty, for callers that read only the
     layouts and their figures (the what-ifs).
@@ -349,7 +351,8 @@ class _Searched:
 
 def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkProfile | None,
             time_limit_s: float, among: Sequence[Degrees] | None, memo: CostMemo) -> _Searched:
-    """The table, CP-SAT's picks and each pick's best placement, ranked (``recommend``)."""
+    """The table, the selection's picks and each pick's best placement, ranked
+    (``recommend``)."""
     started = time.perf_counter()
     space = search_space(model, cluster, job)
     topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
@@ -365,7 +368,7 @@ def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkP
         raise InfeasibleError(reason)
     max_tp = None if job.allow_tp_outside_nvlink else max(capacity)
     selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=top_k + EXTRA_PICKS,
-                           max_tp=max_tp, time_limit_s=time_limit_s / 2)
+                           max_tp=max_tp)
     placed: list[_Placed] = []
     for index in selection.picks:
         found = _best_placement(model, cluster, job, rows[index], topology, profile,

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from placer.solver.cpsat import deterministic_solver
+
+if TYPE_CHECKING:  # loaded only where a model is solved (segment)
+    from ortools.sat.python import cp_model
 
 Edge = tuple[int, int, int]  # (unit u, unit v > u, integer weight)
 
@@ -130,6 +132,8 @@ def segment(num_units: int, edges: Sequence[Edge], capacities: Sequence[int], *,
     if start_hint is None:
         return None
     hint_cut = cut_weight_of(start_hint, inner, total)
+
+    from ortools.sat.python import cp_model  # loaded only where a model is solved
 
     model = cp_model.CpModel()
     runs: dict[tuple[int, int], cp_model.IntVar] = {}

@@ -1,21 +1,24 @@
-"""CP-SAT choice over the costed table: constraints as linear rows, top K by no-good cuts.
+"""The choice over the costed table: the best distinct rows under the job's constraints.
 
-The step time is not linear in the degrees (bubbles, collectives, memory all interact), so it is
-precomputed per table row, and CP-SAT owns what is linear: exactly one row, the attribute values
-that row implies (tp, pp, ... as integer variables), the degrees multiplying to the GPU count,
-the NVLink rule, the job's constraints, memory <= capacity, and the objective. The top K come
-from re-solving with each pick and its *equivalents* (same degrees, step time within
-``KNOB_TOLERANCE``: the knobs that differ do not matter to the model) cut off.
+Each row is one costed layout, so everything a pick must satisfy is a constant of its row: the
+degrees multiply to the GPUs the row uses, TP stays within the NVLink limit, the job's
+constraints on degrees and knobs, and memory (in MiB, rounded up for use and down for capacity).
+The choice was a CP-SAT model, one-hot over the rows with those rows as linear constraints and the
+step time (integer microseconds, ties broken by row position) as the objective; a one-hot model
+over constant rows has as its optimum the cheapest row that passes every row-wise check, so a scan
+of the rows in objective order computes it exactly, without a solver (whose import alone took
+~0.65 s of every command). The top K come as they did from re-solving with each pick and its
+*equivalents* (same degrees, step time within ``KNOB_TOLERANCE``: the knobs that differ do not
+matter to the model) cut off: the next row of the scan not yet cut. tests/test_solver_select.py
+builds that CP-SAT model and checks the scan against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
-from placer.solver.cpsat import deterministic_solver
 from placer.solver.space import RECOMPUTE_MODES
 from placer.solver.table import Row
 from placer.spec.job import DegreeConstraint, Job
@@ -26,10 +29,17 @@ KNOB_TOLERANCE = 0.005
 are one candidate: the cost model cannot tell them apart beyond its own accuracy."""
 
 TIME_QUANTUM_S = 1e-6
-"""Objective resolution: step times are integers of microseconds in the CP-SAT model."""
+"""Objective resolution: step times are compared in integer microseconds, ties by row position."""
 
 MEMORY_QUANTUM_BYTES = 2**20
-"""Memory constraint resolution (MiB); rounding is up for use and down for capacity."""
+"""Memory check resolution (MiB); rounding is up for use and down for capacity."""
+
+SELECTION_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp")
+"""The row attributes a constraint can name."""
+
+_OPERATORS: dict[str, Callable[[int, int], bool]] = {
+    "=": operator.eq, "!=": operator.ne, "<=": operator.le, ">=": operator.ge,
+    "<": operator.lt, ">": operator.gt}
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,7 @@ class Selection:
     picks: list[int]
     status: str
     solves: int
+    """Choices made: one per pick, and one more that found nothing when fewer than k exist."""
 
 
 def _attribute(layout: Layout, key: str) -> int:
@@ -64,81 +75,52 @@ def _encoded(constraint: DegreeConstraint) -> list[int]:
     return values
 
 
-def _post_constraint(model: cp_model.CpModel, var: cp_model.IntVar,
-                     constraint: DegreeConstraint) -> None:
+def _allows(constraint: DegreeConstraint, value: int) -> bool:
     values = _encoded(constraint)
-    op = constraint.op
-    if op == "in":
-        model.add_allowed_assignments([var], [(v,) for v in values])
-    elif op == "=":
-        model.add(var == values[0])
-    elif op == "!=":
-        model.add(var != values[0])
-    elif op == "<=":
-        model.add(var <= values[0])
-    elif op == ">=":
-        model.add(var >= values[0])
-    elif op == "<":
-        model.add(var < values[0])
-    else:
-        model.add(var > values[0])
+    if constraint.op == "in":
+        return value in values
+    return _OPERATORS[constraint.op](value, values[0])
+
+
+def memory_fits(row: Row) -> bool:
+    """The row's peak within its GPUs' capacity, in whole MiB (use rounded up)."""
+    q = MEMORY_QUANTUM_BYTES
+    return row.capacity_bytes // q - (-(-row.memory_bytes // q)) >= 0
+
+
+def admissible(row: Row, num_gpus: int, job: Job, max_tp: int | None) -> bool:
+    """Whether a row passes every check a pick must pass."""
+    layout = row.layout
+    if layout.tp * layout.pp * layout.dp * layout.cp != num_gpus:
+        return False
+    if max_tp is not None and layout.tp > max_tp:
+        return False
+    if not all(_allows(c, _attribute(layout, c.key)) for c in job.constraints):
+        return False
+    return memory_fits(row)
 
 
 def select_top(rows: Sequence[Row], job: Job, num_gpus_by_row: Sequence[int], *, k: int,
-               max_tp: int | None, time_limit_s: float) -> Selection:
+               max_tp: int | None) -> Selection:
     """Indices of the best ``k`` distinct rows, best first (rows must be in a stable order)."""
-    if not rows:
+    if not rows or k <= 0:
         return Selection([], "EMPTY", 0)
-    model = cp_model.CpModel()
-    pick = [model.new_bool_var(f"row_{i}") for i in range(len(rows))]
-    model.add_exactly_one(pick)
-    keys = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp")
-    attrs: dict[str, cp_model.IntVar] = {}
-    for key in keys:
-        values = [_attribute(r.layout, key) for r in rows]
-        var = model.new_int_var(min(values), max(values), key)
-        model.add(var == sum(v * x for v, x in zip(values, pick, strict=True) if v))
-        attrs[key] = var
-    # The degrees multiply to the GPUs each row uses (all of them on regular clusters).
-    used = model.new_int_var(min(num_gpus_by_row), max(num_gpus_by_row), "gpus")
-    model.add(used == sum(n * x for n, x in zip(num_gpus_by_row, pick, strict=True)))
-    tp_pp = model.new_int_var(1, max(num_gpus_by_row), "tp_pp")
-    dp_cp = model.new_int_var(1, max(num_gpus_by_row), "dp_cp")
-    model.add_multiplication_equality(tp_pp, [attrs["tp"], attrs["pp"]])
-    model.add_multiplication_equality(dp_cp, [attrs["dp"], attrs["cp"]])
-    model.add_multiplication_equality(used, [tp_pp, dp_cp])
-    if max_tp is not None:
-        model.add(attrs["tp"] <= max_tp)
-    for constraint in job.constraints:
-        _post_constraint(model, attrs[constraint.key], constraint)
-    # Memory: the chosen row's peak fits its GPUs' capacity.
-    q = MEMORY_QUANTUM_BYTES
-    slack = [r.capacity_bytes // q - (-(-r.memory_bytes // q)) for r in rows]
-    model.add(sum(s * x for s, x in zip(slack, pick, strict=True)) >= 0)
-    # Objective: microseconds, ties broken by the row's position in the stable order.
-    n = len(rows)
-    cost = [round(r.step_time_s / TIME_QUANTUM_S) * n + i for i, r in enumerate(rows)]
-    model.minimize(sum(c * x for c, x in zip(cost, pick, strict=True)))
-
-    solver = deterministic_solver(time_limit_s)
+    order = sorted((i for i, row in enumerate(rows)
+                    if admissible(row, num_gpus_by_row[i], job, max_tp)),
+                   key=lambda i: (round(rows[i].step_time_s / TIME_QUANTUM_S), i))
     picks: list[int] = []
-    statuses: list[str] = []
-    solves = 0
-    while len(picks) < k:
-        status = solver.solve(model)
-        solves += 1
-        statuses.append(solver.status_name(status))
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    cut: set[int] = set()
+    for best in order:
+        if len(picks) == k:
             break
-        best = next(i for i, x in enumerate(pick) if solver.boolean_value(x))
+        if best in cut:
+            continue
         picks.append(best)
         chosen = rows[best]
-        for i, row in enumerate(rows):
-            if i == best or (row.degrees == chosen.degrees and abs(
-                    row.step_time_s - chosen.step_time_s) <= KNOB_TOLERANCE * chosen.step_time_s):
-                model.add(pick[i] == 0)
-    first = statuses[0] if statuses else "EMPTY"
-    return Selection(picks, first, solves)
+        cut.update(i for i, row in enumerate(rows) if row.degrees == chosen.degrees and abs(
+            row.step_time_s - chosen.step_time_s) <= KNOB_TOLERANCE * chosen.step_time_s)
+    solves = len(picks) + (1 if len(picks) < k else 0)
+    return Selection(picks, "OPTIMAL" if picks else "INFEASIBLE", solves)
 
 
 def greedy_top(rows: Sequence[Row], k: int) -> list[int]:

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ortools.sat.python import cp_model
-
 from placer.cost import memory_estimate
 from placer.mesh import MeshGrid
 from placer.solver.cpsat import deterministic_solver
@@ -44,6 +42,8 @@ def split_layers(num_layers: int, vpp: int, speeds: Sequence[float],
         return None
     fastest = max(speeds)
     cost = [round(SPEED_SCALE * fastest / s) for s in speeds]
+    from ortools.sat.python import cp_model  # loaded only where a model is solved
+
     model = cp_model.CpModel()
     chunks = [model.new_int_var(1, max_layers[s] // vpp, f"k{s}") for s in range(pp)]
     model.add(sum(chunks) == chunks_total)
