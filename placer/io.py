@@ -56,10 +56,14 @@ def refuse_existing(force: bool, **paths: Path | None) -> None:
         if not path.parent.is_dir():
             raise PlacerError(f"{flag}: folder {path.parent} does not exist")
         if path.is_dir():
-            raise PlacerError(f"{flag}: cannot write {path}: it is a folder; give a file name")
+            raise _folder_in_the_way(path, flag)
         _probe_writable(path.parent, flag)
         if path.exists() and not force:
             raise already_exists(path, flag)
+
+
+def _folder_in_the_way(path: Path, option: str) -> PlacerError:
+    return PlacerError(f"{option}: cannot write {path}: it is a folder; give a file name")
 
 
 def _probe_writable(folder: Path, flag: str) -> None:
@@ -100,6 +104,8 @@ def write_text(path: Path, text: str, option: str, force: bool = True) -> None:
     file unless ``force``."""
     if not path.parent.is_dir():
         raise PlacerError(f"{option}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise _folder_in_the_way(path, option)
     if path.exists() and not force:
         raise already_exists(path, option)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from placer.errors import PlacerError
-from placer.io import refuse_existing, refuse_nonempty_folders, write_folders
+from placer.io import refuse_existing, refuse_nonempty_folders, write_folders, write_text
 
 
 def writer(*names: str) -> Callable[[Path], list[Path]]:
@@ -91,3 +91,8 @@ def test_a_folder_that_refuses_new_entries_fails_early_even_for_root() -> None:
         refuse_existing(False, out=Path("/proc/placer-profile.yaml"))
     with pytest.raises(PlacerError, match=r"^--emit: cannot write in /proc"):
         refuse_nonempty_folders(False, emit=Path("/proc/placer-out/launch"))
+
+
+def test_write_text_over_a_folder_says_so_even_with_force(tmp_path: Path) -> None:
+    with pytest.raises(PlacerError, match="--out: cannot write .*: it is a folder; give a file"):
+        write_text(tmp_path, "x\n", "--out", force=True)
