@@ -262,11 +262,11 @@ def _alone(model: Model, cluster: Cluster, job: Job, recipe: Layout, best: Layou
         if layout_problem(trial, model, job, recipe.num_gpus) is not None:
             continue
         est = estimate(model, cluster, job, trial, order=DEFAULT_ORDER)
-        name = dict(KNOBS)[group[0]]
-        before, after = getattr(recipe, group[0]), getattr(best, group[0])
+        names = dict(KNOBS)
+        moved = " ".join(f"{names[f]} {getattr(recipe, f)}->{getattr(best, f)}" for f in group
+                         if f in names and getattr(recipe, f) != getattr(best, f))
         fit = "" if est.memory.total_bytes <= est.memory.capacity_bytes else ", does not fit"
-        parts.append(f"{name} {before}->{after} {base.step_time_s / est.step_time_s - 1:+.1%}"
-                     f"{fit}")
+        parts.append(f"{moved} {base.step_time_s / est.step_time_s - 1:+.1%}{fit}")
     return "each alone: " + ("; ".join(parts) if parts else "no single knob gives a valid layout")
 
 
