@@ -63,12 +63,12 @@ class Recipe(Spec):
 @cache
 def published_recipes() -> tuple[Recipe, ...]:
     """Every shipped recipe, in file and row order."""
-    from placer.spec.presets import load_yaml, validated
+    from placer.spec.presets import load_preset_yaml, validated
 
     folder = resources.files("placer.spec").joinpath("presets", "recipes")
     rows: list[Recipe] = []
     for entry in sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")),
                         key=lambda p: p.name):
-        for index, data in enumerate(load_yaml(entry.read_text(encoding="utf-8"))):
+        for index, data in enumerate(load_preset_yaml(entry.read_text(encoding="utf-8"))):
             rows.append(validated(Recipe, data, f"recipes/{entry.name}[{index}]"))
     return tuple(rows)

@@ -239,7 +239,7 @@ def load_stack(ref: str) -> Stack:
     """A preset (``megatron-core@0.20``, or ``megatron-core`` for its newest preset) or a file
     (cached: the solver asks once per layout)."""
     from placer.spec.presets import (
-        load_yaml,
+        load_preset_yaml,
         preset_name,
         read_document,
         unknown_preset,
@@ -255,7 +255,7 @@ def load_stack(ref: str) -> Stack:
         if versions:
             ref = versions[-1]
     if ref in names:
-        return validated(Stack, load_yaml(_stack_files()[ref]), f"stack {ref}")
+        return validated(Stack, load_preset_yaml(_stack_files()[ref]), f"stack {ref}")
     path = Path(ref)
     if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.exists():
         raise unknown_preset("--stack", ref, names)
