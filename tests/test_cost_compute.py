@@ -177,11 +177,12 @@ def test_fp8_gemms_pay_the_same_fixed_time_per_kernel() -> None:
 
 
 def test_dispatcher_bookkeeping_is_charged_per_routed_token_copy() -> None:
-    # Each pass pays the fitted time per token copy this GPU's experts take, whatever the hidden
-    # size: top-4 of 2048 tokens is 8192 copies, and doubling top_k doubles the charge.
+    # Each pass pays the time per token copy this GPU's experts take, whatever the hidden size:
+    # top-4 of 2048 tokens is 8192 copies, and doubling top_k doubles the charge. (The fitted
+    # constant may be 0; a measured profile sets its own, so the mechanism is checked at 2 ns.)
     job = Job(seq_len=2048, global_batch_size=8)
-    calib = calibration_for(cluster_preset("dgx-h100"))
-    assert calib.moe_dispatch_s_per_routed_token > 0
+    calib = replace(calibration_for(cluster_preset("dgx-h100")),
+                    moe_dispatch_s_per_routed_token=2e-9)
     balanced = CostOptions(moe_load_imbalance=1.0)
     work = layer_work(SMALL_MOE, job, Layout(dp=4, ep=4), True, balanced)
     assert work.routed_tokens == 2048 * 4
