@@ -134,8 +134,10 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
                          constraints=tuple(constraints), profile=profile, what_if=what_if,
                          precision=precision, knobs=job_knobs)
     started = time.perf_counter()
+    # The tables print no rank map: only the plan file, the launch files and the plots need one.
+    rank_maps = as_json or emit_dir is not None or plot_dir is not None
     head, variants = recommend_in_steps(args, progress_enabled=not quiet,
-                                        before_search=before_search)
+                                        before_search=before_search, rank_maps=rank_maps)
     best = head.plan.candidates[0]
     for line in step_time_warnings(best.step_time_s, head.plan.job, best.layout.num_gpus):
         click.echo(f"warning: {line}", err=True)
@@ -162,11 +164,12 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
 
 
 def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False,
-                       before_search: Callable[[Cluster], None] | None = None
-                       ) -> tuple[Recommendation, Iterator[WhatIf]]:
+                       before_search: Callable[[Cluster], None] | None = None,
+                       rank_maps: bool = True) -> tuple[Recommendation, Iterator[WhatIf]]:
     """``recommend`` in two steps (``report.plan.plan_in_steps``): the answer, then the
     what-ifs solved one by one as the iterator is read. ``before_search`` checks the loaded
-    cluster against the outputs asked for (``--emit``) before any search time is spent."""
+    cluster against the outputs asked for (``--emit``) before any search time is spent;
+    ``rank_maps=False`` writes no rank maps (``plan_in_steps``)."""
     from placer.report.progress import delayed_spinner
 
     inputs, profile = _inputs(args)
@@ -175,7 +178,8 @@ def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False,
     with delayed_spinner("searching layouts", enabled=progress_enabled) as progress:
         return plan_in_steps(inputs.model, inputs.cluster, inputs.job, top_k=args.top_k,
                              profile=profile, defaults_used=inputs.defaults_used,
-                             with_what_ifs=args.what_if, progress=progress)
+                             with_what_ifs=args.what_if, progress=progress,
+                             rank_maps=rank_maps)
 
 
 def _with_progress(variants: Iterator[WhatIf], count: int, enabled: bool) -> Iterator[WhatIf]:
