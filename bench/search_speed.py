@@ -248,10 +248,10 @@ COMMANDS = {
 
 def child_inproc(name: str) -> dict[str, Any]:
     """The command's inputs resolved as the command does, then timed inside this process: the
-    main search alone (``recommend``) and the whole recommendation (``make_plan``, what-ifs
-    included)."""
+    main search alone (``recommend``) and the whole recommendation (``plan_in_steps`` with the
+    what-ifs solved), both without rank maps, as the command's text output runs them."""
     from placer.cli.recommend_command import args_from_argv
-    from placer.report.plan import make_plan
+    from placer.report.plan import plan_in_steps, with_what_ifs_solved
 
     args = args_from_argv(["--quiet", *COMMANDS[name].argv])
     from placer.cli.options import load_job_inputs
@@ -261,10 +261,12 @@ def child_inproc(name: str) -> dict[str, Any]:
                              precision=args.precision, constraints=args.constraints,
                              knobs=args.knobs)
     started = time.perf_counter()
-    result = recommend(inputs.model, inputs.cluster, inputs.job, top_k=TOP_K)
+    result = recommend(inputs.model, inputs.cluster, inputs.job, top_k=TOP_K, rank_maps=False)
     search_s = time.perf_counter() - started
     started = time.perf_counter()
-    rec = make_plan(inputs.model, inputs.cluster, inputs.job, top_k=TOP_K)
+    head, variants = plan_in_steps(inputs.model, inputs.cluster, inputs.job, top_k=TOP_K,
+                                   rank_maps=False)
+    rec = with_what_ifs_solved(head, list(variants))
     plan_s = time.perf_counter() - started
     return {"search_s": search_s, "plan_s": plan_s, "best": result.candidates[0].layout.compact(),
             "plan_best": rec.plan.candidates[0].layout.compact(), "what_ifs": len(rec.what_ifs),
@@ -324,12 +326,13 @@ def _load() -> str:
 
 def run_commands(names: list[str]) -> None:
     """The command as a user runs it, beside the same work timed in a warm process."""
-    print("command = placer recommend-layout FLAGS, fresh process, default flags (what-ifs on);")
-    print("  answer = when the first line of the answer reached stdout; cpu = its user + system")
-    print("  CPU time; peak = its ru_maxrss")
-    print("in-process = the same inputs in one warm process: the main search (recommend) and")
-    print("  the whole recommendation (make_plan, what-ifs included)")
-    print("  (bytecode cached, as .ci/run and a user's second run have it)")
+    print("command = placer recommend-layout FLAGS, fresh process, default flags (what-ifs on,")
+    print("  in forked children where there are 2 CPUs; bytecode cached, as .ci/run and a user's")
+    print("  second run have it); answer = when the first line of the answer reached stdout;")
+    print("  cpu = user + system CPU of the command and its children; peak = the largest ru_maxrss")
+    print("  of them (each process's own)")
+    print("in-process = the same inputs in one warm process, without rank maps as the text output")
+    print("  runs: the main search (recommend) and the whole recommendation (what-ifs included)")
     compile_sources()
     print(f"before: {_load()}")
     print()
