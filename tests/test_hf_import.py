@@ -47,7 +47,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
                          moe=dict(num_experts=128, top_k=4, expert_ffn_hidden_size=2880,
                                   num_shared_experts=0, first_dense_layers=0,
                                   layer_frequency=1)),
-    # MLA approximated as 128 heads of qk_nope_head_dim + qk_rope_head_dim = 128 + 64.
+    # MLA: 128 heads; query/key heads of qk_nope_head_dim + qk_rope_head_dim = 128 + 64.
     "deepseek-v3": dict(num_layers=61, hidden_size=7168, num_attention_heads=128, kv_heads=128,
                         attention_head_dim=192, ffn_hidden_size=18432, gated_mlp=True,
                         tied_embeddings=False, vocab_size=129280, max_seq_len=163840,
@@ -87,7 +87,7 @@ def test_public_config_imports_to_the_right_model(name: str) -> None:
     ("qwen3-30b-a3b", "qwen3-30b-a3b", {}),
     ("gpt-oss-120b", "gpt-oss-120b", {}),
     ("llama-3-8b", "llama3-8b", {"max_seq_len": 131072}),  # the preset is Llama 3.1 (128K)
-    ("deepseek-v3", "deepseek-v3", {"head_dim": 128}),  # the preset uses v_head_dim for MLA
+    ("deepseek-v3", "deepseek-v3", {}),
 ])
 def test_import_agrees_with_the_preset(hf_name: str, preset: str,
                                        differences: dict[str, Any]) -> None:
@@ -114,6 +114,14 @@ def test_layer_types_of_the_wrong_length_is_a_clear_error() -> None:
     data = {**_config("gpt-oss-120b"), "layer_types": ["sliding_attention", "full_attention"]}
     with pytest.raises(PlacerError, match="'layer_types'.*36 strings"):
         _import(data)
+
+
+def test_deepseek_latent_attention_keys() -> None:
+    mla = _import(_config("deepseek-v3")).mla
+    assert mla is not None
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) == (
+        1536, 512, 64, 128)
+    assert _import(_config("llama-3-8b")).mla is None
 
 
 def test_deepseek_dense_and_moe_layers() -> None:

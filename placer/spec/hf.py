@@ -19,10 +19,13 @@ The keys read are those of the ``transformers`` configuration classes:
   Each family's rule for which layers are MoE (from its modeling file) is applied and must reduce
   to placer's pattern: ``first_dense_layers`` dense layers, then every ``layer_frequency``-th.
 
-Approximation: DeepSeek's multi-head latent attention (MLA) is modelled as ordinary attention with
-``num_attention_heads`` heads (and as many KV heads) of dimension ``qk_nope_head_dim +
-qk_rope_head_dim`` (192 for DeepSeek-V3), the width of its query/key heads. MLA's low-rank Q/KV
-projections and compressed KV cache are not modelled, so attention weights are overestimated.
+Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2: ``kv_lora_rank`` present): ``mla`` takes
+``q_lora_rank`` (null: no query compression, DeepSeek-V2-Lite), ``kv_lora_rank``,
+``qk_rope_head_dim`` and ``v_head_dim``; ``head_dim`` is the query/key head width
+``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek-V3). The low-rank projections, their
+latent norms and the narrower value heads are modelled (parameters, GEMMs, saved activations);
+the context-parallel KV exchange and TP collectives are still priced as for ordinary attention
+of that head width.
 
 Sliding-window attention: ``sliding_window`` (keys per query) on the layers ``layer_types`` marks
 ``sliding_attention`` (GPT-OSS: every other layer), or on every layer when the config has no
@@ -177,6 +180,7 @@ def model_from_hf_config(data: dict[str, Any], default_name: str, source: str) -
         "tied_embeddings": read.flag("tie_word_embeddings", read.model_type in TIED_BY_DEFAULT),
         "max_seq_len": read.optional_int(keys.positions),
         "moe": _moe(read, num_layers),
+        "mla": _mla(read),
     }
     fields.update(_sliding_window(read, num_layers))
     return validated(Model, fields, source)
@@ -189,9 +193,19 @@ def _model_name(data: dict[str, Any], default_name: str) -> str:
     return name or "hf-model"
 
 
+def _mla(read: _Reader) -> dict[str, Any] | None:
+    """DeepSeek's latent attention keys (modeling_deepseek_v3.py), when the config has them."""
+    if read.data.get("kv_lora_rank") is None:
+        return None
+    return {"q_lora_rank": read.optional_int("q_lora_rank"),
+            "kv_lora_rank": read.integer("kv_lora_rank"),
+            "qk_rope_head_dim": read.integer("qk_rope_head_dim", default=0, minimum=0),
+            "v_head_dim": read.integer("v_head_dim")}
+
+
 def _head_dim(read: _Reader, hidden: int, heads: int) -> int | None:
     """Explicit head width, kept only where hidden_size / heads would be wrong."""
-    if read.data.get("qk_nope_head_dim") is not None:  # MLA: see the module docstring
+    if read.data.get("qk_nope_head_dim") is not None:  # MLA: the query/key head width
         head_dim = read.integer("qk_nope_head_dim") + read.integer("qk_rope_head_dim", default=0,
                                                            minimum=0)
     else:

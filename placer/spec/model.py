@@ -28,6 +28,24 @@ class MoE(Spec):
         return self
 
 
+class MLA(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; arXiv:2405.04434 section 2.1).
+
+    Queries come from a rank-``q_lora_rank`` latent (or straight from the hidden state when it is
+    null, DeepSeek-V2-Lite), keys and values from one shared rank-``kv_lora_rank`` latent plus a
+    ``qk_rope_head_dim``-wide rotary key shared by all heads. The model's ``head_dim`` is the
+    query/key head width (``qk_nope_head_dim + qk_rope_head_dim``: 192 for DeepSeek-V3).
+    """
+
+    q_lora_rank: int | None = Field(
+        default=None, ge=1, le=10**6,
+        description="rank of the query down-projection (DeepSeek-V3 1536; null: none)")
+    kv_lora_rank: int = Field(ge=1, le=10**6, description="rank of the shared KV latent (512)")
+    qk_rope_head_dim: int = Field(
+        ge=0, le=100_000, description="rotary part of each query/key head, inside head_dim (64)")
+    v_head_dim: int = Field(ge=1, le=100_000, description="width of each value head (128)")
+
+
 class Model(Spec):
     """What the cost model needs of a transformer; head_dim defaults to hidden/heads."""
 
@@ -59,6 +77,9 @@ class Model(Spec):
         description="dropout on the attention probabilities (kept as a mask only by unfused "
         "attention; flash attention regenerates it)")
     moe: MoE | None = None
+    mla: MLA | None = Field(
+        default=None, description="multi-head latent attention (DeepSeek-V2/V3); head_dim is then "
+        "the query/key head width")
 
     @model_validator(mode="after")
     def _heads(self) -> Model:
@@ -72,6 +93,8 @@ class Model(Spec):
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; set head_dim"
             )
+        if self.mla is not None:
+            self._check_mla(self.mla)
         if self.moe and self.moe.first_dense_layers > self.num_layers:
             raise ValueError("moe.first_dense_layers exceeds num_layers")
         if self.sliding_window_layers is not None:
@@ -82,6 +105,22 @@ class Model(Spec):
                 raise ValueError("sliding_window_layers is set but sliding_window is not; set the "
                                  "window size in tokens")
         return self
+
+    def _check_mla(self, mla: MLA) -> None:
+        if self.kv_heads != self.num_attention_heads:
+            raise ValueError(
+                f"num_kv_heads {self.kv_heads} with mla: latent attention has one KV head per "
+                f"query head; set num_kv_heads to {self.num_attention_heads} or leave it out")
+        if mla.qk_rope_head_dim >= self.attention_head_dim:
+            raise ValueError(
+                f"mla.qk_rope_head_dim {mla.qk_rope_head_dim} is not below head_dim "
+                f"{self.attention_head_dim}; head_dim is the whole query/key head "
+                "(qk_nope_head_dim + qk_rope_head_dim)")
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of one value head: MLA's v_head_dim, else the query/key head width."""
+        return self.mla.v_head_dim if self.mla is not None else self.attention_head_dim
 
     @property
     def kv_heads(self) -> int:
