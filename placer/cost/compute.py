@@ -38,6 +38,7 @@ from placer.cost.params import (
     attention_projection_params,
     dense_mlp_params,
     embedding_params,
+    mla_projections,
     mlp_matrices,
     num_moe_layers,
     router_params,
@@ -122,6 +123,9 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     ]
     shapes: list[tuple[float, float, float]] = [
         (tokens, d * (a / t + 2 * kv_local), h), (tokens, h, a * d / t)]
+    if model.mla is not None:
+        gemms, shapes = _mla_gemms(model, layout, tokens)
+    dv = model.value_head_dim
     score_bytes, keys = 0.0, 0.0
     attention_gemms: tuple[tuple[float, int], ...] = ()
     attention_shapes: tuple[tuple[float, float, float], ...] = ()
@@ -129,7 +133,7 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         # Causal: each query attends on average to half of the full sequence (CP included), or
         # to at most the window in sliding-window layers (averaged over the model's layers).
         attended = attended_keys_per_query(model, job.seq_len)
-        attention = 4 * tokens * a * d * attended / t
+        attention = 2 * tokens * a * (d + dv) * attended / t  # Q K^T (width d), P V (dv)
         # Ring attention (CP) runs cp kernel calls per layer, each over 1/cp of the keys.
         keys = attended / layout.cp
     else:
@@ -138,6 +142,11 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         attention_gemms = ((2 * tokens * a * d * job.seq_len / t, 2),)
         # Per head: Q K^T is (s x d)(d x s), scores x V is (s x s)(s x d); one shape for both.
         attention_shapes = ((float(job.seq_len), float(job.seq_len), float(d)),)
+        if dv != d:  # MLA: scores x V is (s x s)(s x dv)
+            attention_gemms = ((2 * tokens * a * d * job.seq_len / t, 1),
+                               (2 * tokens * a * dv * job.seq_len / t, 1))
+            attention_shapes = ((float(job.seq_len), float(job.seq_len), float(d)),
+                                (float(job.seq_len), float(dv), float(job.seq_len)))
         score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
     dispatch, routed = 0.0, 0.0
     if moe_layer and model.moe is not None:
@@ -176,6 +185,28 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      shared_gemms=shared, attention_keys=keys,
                      attention_kernel=options.attention_kernel, gemm_shapes=tuple(shapes),
                      attention_shapes=attention_shapes)
+
+
+def _mla_gemms(model: Model, layout: Layout, tokens: float
+               ) -> tuple[list[tuple[float, int]], list[tuple[float, float, float]]]:
+    """Latent attention's projections on one GPU, split as megatron-core 0.16.1 does
+    (multi_latent_attention.py, MLASelfAttention): the down projections are TELinear
+    ``parallel_mode='duplicated'`` (whole weight on every TP rank, run on the rank's own
+    sequence-parallel tokens), the up projections (and the plain query projection)
+    column-parallel, the output projection row-parallel."""
+    t, rep = layout.tp, layout.sp_replication
+    gemms: list[tuple[float, int]] = []
+    shapes: list[tuple[float, float, float]] = []
+    for name, k, n in mla_projections(model):
+        if name.endswith("down_proj"):
+            m, n_local, k_local = tokens * rep, float(n), float(k)
+        elif name == "proj":
+            m, n_local, k_local = tokens, float(n), k / t
+        else:
+            m, n_local, k_local = tokens, n / t, float(k)
+        gemms.append((2 * m * n_local * k_local, 1))
+        shapes.append((m, n_local, k_local))
+    return gemms, shapes
 
 
 def attended_keys_per_query(model: Model, seq_len: int, causal: bool = True) -> float:
@@ -394,9 +425,10 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
 def forward_flops_per_token(model: Model, seq_len: int) -> float:
     """Model forward FLOPs per token (non-causal attention, active experts only)."""
     d, a = model.attention_head_dim, model.num_attention_heads
-    # A GEMM does 2 FLOPs per weight per token (params.py holds the weight shapes).
-    attention = 2 * attention_projection_params(model) + 4 * a * d * attended_keys_per_query(
-        model, seq_len, causal=False)
+    # A GEMM does 2 FLOPs per weight per token (params.py holds the weight shapes); core
+    # attention 2 per key and head dimension in Q K^T (d) and in P V (the value width).
+    attention = 2 * attention_projection_params(model) + 2 * a * (
+        d + model.value_head_dim) * attended_keys_per_query(model, seq_len, causal=False)
     dense_mlp = 2 * dense_mlp_params(model)
     moe_layers = num_moe_layers(model)
     total = model.num_layers * attention + (model.num_layers - moe_layers) * dense_mlp
@@ -418,8 +450,9 @@ def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
         return 0.0
     per_token = forward_flops_per_token(model, job.seq_len)
     per_token -= 2 * model.hidden_size * model.vocab_size  # the output layer is not redone
-    core_attn = model.num_layers * 4 * model.num_attention_heads * (
-        model.attention_head_dim * attended_keys_per_query(model, job.seq_len, causal=False))
+    core_attn = model.num_layers * 2 * model.num_attention_heads * (
+        (model.attention_head_dim + model.value_head_dim)
+        * attended_keys_per_query(model, job.seq_len, causal=False))
     if layout.recompute == "op":  # every other linear GEMM (pass_times)
         per_token = (per_token - core_attn) / 2
     elif layout.recompute == "selective":

@@ -127,7 +127,8 @@ class ActivationParts:
     """Bytes per token each Megatron ``--recompute-modules`` entry releases (core_attn: the
     softmax statistics or scores; layernorm: the norm outputs, i.e. the linear inputs; mlp / moe:
     the MLP's or MoE block's inner tensors; moe_act: the expert activation outputs;
-    shared_experts: the shared experts' inner tensors; mla_up_proj: 0, MLA is modelled as MHA)."""
+    shared_experts: the shared experts' inner tensors; mla_up_proj: MLA's q, k and v, 0 for
+    other attention)."""
 
     @property
     def total(self) -> float:
@@ -215,6 +216,9 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     else:  # torchtitan's repeat_kv copies K and V to the query heads (a view for one KV head)
         qkv = b * d * (heads + 2 * (heads if kv > 1 else kv))
         core_out = b * heads * d
+    up_proj = 0.0
+    if model.mla is not None:
+        attn_input, qkv, core_out, up_proj = _mla_parts(model, layout, lin, gathered)
     if flash_attention:
         softmax = FP32_BYTES * heads  # log-sum-exp per head
     else:  # scores' softmax (2 bytes), and with attention dropout its mask and output (3 more)
@@ -236,6 +240,8 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
         working = b * f * gate
         modules = (("mlp", mlp_inner),)
     op_attn = b * d * (heads + (2 * kv if fused else kv)) + sdpa
+    if model.mla is not None:  # q, k, v at their widths and the attention output
+        op_attn = qkv + b * heads * model.value_head_dim + FP32_BYTES * heads
     if layout.sequence_parallel and t > 1:
         op_attn += 2 * b * h * rep  # the reduce-scatter outputs (in torchtitan's save list)
     return ActivationParts(
@@ -243,7 +249,33 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
         softmax=softmax, mlp_inner=mlp_inner, dropout=dropout, checkpoint=b * h * rep,
         op_saved=op_attn + op_mlp, backward_working=working + b * h,
         modules=(("core_attn", softmax), ("layernorm", attn_input + mlp_input),
-                 ("mla_up_proj", 0.0), *modules))
+                 ("mla_up_proj", up_proj), *modules))
+
+
+def _mla_parts(model: Model, layout: Layout, lin: float,
+               gathered: float) -> tuple[float, float, float, float]:
+    """Latent attention per local token: (linear inputs, q/k/v, attention output, what
+    ``mla_up_proj`` recomputation releases). megatron-core 0.16.1 multi_latent_attention.py:
+    the projections from h (duplicated TELinear down projections, or the column-parallel query
+    projection) share one saved input, as the fused QKV projection does; the up projections
+    (TELayerNormColumnParallelLinear) save their normed latent input (the local shard under
+    sequence parallelism) and the latent norms' input and fp32 rstd; the attention kernel saves
+    q and k of
+    ``head_dim`` and v of ``v_head_dim`` per local head, which ``mla_up_proj`` output-discarding
+    recomputation drops (the up projections and RoPE are rerun in backward)."""
+    mla = model.mla
+    assert mla is not None
+    b, t, h = BF16_BYTES, layout.tp, model.hidden_size
+    rep = layout.sp_replication
+    heads = model.num_attention_heads / t
+    d, dv = model.attention_head_dim, mla.v_head_dim
+    latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    norms = 2 if mla.q_lora_rank is not None else 1
+    down_input = lin * h * gathered  # one saved input for the projections from h
+    up_input = lin * latents * gathered + (b * latents + norms * NORM_STAT_BYTES) * rep
+    qkv = b * heads * (2 * d + dv)
+    core_out = b * heads * dv + (lin * heads * dv if lin != b else 0.0)
+    return down_input + up_input, qkv, core_out, qkv
 
 
 def _moe_parts(model: Model, layout: Layout, imbalance: float, lin: float,

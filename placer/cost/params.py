@@ -24,12 +24,35 @@ def mlp_matrices(model: Model) -> int:
 def attention_projection_params(model: Model) -> int:
     """Q, K, V and output projection weights of one layer (the attention GEMMs' shapes)."""
     h, d = model.hidden_size, model.attention_head_dim
+    if model.mla is not None:
+        return sum(k * n for _, k, n in mla_projections(model))
     return h * d * (2 * model.num_attention_heads + 2 * model.kv_heads)
 
 
+def mla_projections(model: Model) -> tuple[tuple[str, int, int], ...]:
+    """(name, K, N) of each latent-attention weight, in megatron-core's names
+    (multi_latent_attention.py, megatron-core 0.16.1): the query down/up projections (or one
+    query projection without ``q_lora_rank``), the KV down projection to the latent and the
+    shared rotary key, the KV up projection to every head's non-rotary key and value, and the
+    output projection of the value heads."""
+    mla = model.mla
+    assert mla is not None
+    h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
+    nope, v = d - mla.qk_rope_head_dim, mla.v_head_dim
+    query: tuple[tuple[str, int, int], ...] = (("q_proj", h, a * d),)
+    if mla.q_lora_rank is not None:
+        query = (("q_down_proj", h, mla.q_lora_rank), ("q_up_proj", mla.q_lora_rank, a * d))
+    return (*query, ("kv_down_proj", h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+            ("kv_up_proj", mla.kv_lora_rank, a * (nope + v)), ("proj", a * v, h))
+
+
 def attention_params(model: Model) -> int:
-    """Q, K, V and output projections of one layer, plus its two norm weight vectors."""
-    return attention_projection_params(model) + 2 * model.hidden_size
+    """Q, K, V and output projections of one layer, plus its two norm weight vectors (and MLA's
+    norms of its query and KV latents)."""
+    latent_norms = 0
+    if model.mla is not None:
+        latent_norms = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+    return attention_projection_params(model) + 2 * model.hidden_size + latent_norms
 
 
 def dense_mlp_params(model: Model) -> int:
@@ -82,6 +105,9 @@ def largest_weight_params(model: Model, layout: Layout) -> float:
     up fused) or one expert's first matrix, as Megatron fuses them."""
     h, d = model.hidden_size, model.attention_head_dim
     qkv = h * d * (model.num_attention_heads + 2 * model.kv_heads) / layout.tp
+    if model.mla is not None:  # down projections are whole on every TP rank, the rest split
+        qkv = max(k * n / (1 if name.endswith("down_proj") else layout.tp)
+                  for name, k, n in mla_projections(model))
     gate = mlp_matrices(model) - 1
     mlp = h * model.ffn_hidden_size * gate / layout.tp
     expert = 0.0
