@@ -10,11 +10,13 @@ import pytest
 
 from placer.cost.compute import forward_flops_per_token, layer_work, tokens_per_gpu
 from placer.cost.params import (
+    StageShape,
     active_expert_params,
     attention_params,
     embedding_params,
     expert_params,
     num_moe_layers,
+    stage_params,
     total_params,
 )
 from placer.errors import PlacerError
@@ -101,3 +103,12 @@ def test_query_without_compression_is_one_projection() -> None:
 def test_inconsistent_mla_is_a_clear_error(update: dict[str, int], message: str) -> None:
     with pytest.raises((ValueError, PlacerError), match=message):
         Model.model_validate({**DSV3.model_dump(), **update})
+
+
+def test_down_projections_are_whole_on_every_tp_rank() -> None:
+    shape = StageShape(stage=0, layers=1, moe_layers=0, first=False, last=False)
+    down = 7168 * 1536 + 1536 + 7168 * 576 + 512  # q_a_proj, kv_a_proj_with_mqa, their norms
+    dense = 187_121_664 + 3 * 7168 * 18432  # attention and a dense MLP
+    for tp in (1, 8):
+        params = stage_params(DSV3, Layout(tp=tp), shape)
+        assert params.dense == pytest.approx(down + (dense - down) / tp)

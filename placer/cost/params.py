@@ -46,6 +46,16 @@ def mla_projections(model: Model) -> tuple[tuple[str, int, int], ...]:
             ("kv_up_proj", mla.kv_lora_rank, a * (nope + v)), ("proj", a * v, h))
 
 
+def tp_replicated_params(model: Model) -> int:
+    """Weights of one layer that every TP rank holds whole: MLA's down projections and latent
+    norms (megatron-core 0.16.1 builds the down projections as TELinear
+    ``parallel_mode='duplicated'``); 0 for other attention."""
+    if model.mla is None:
+        return 0
+    down = sum(k * n for name, k, n in mla_projections(model) if name.endswith("down_proj"))
+    return down + (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+
+
 def attention_params(model: Model) -> int:
     """Q, K, V and output projections of one layer, plus its two norm weight vectors (and MLA's
     norms of its query and KV latents)."""
@@ -196,7 +206,8 @@ class StageParams:
 
 @lru_cache(maxsize=16384)
 def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams:
-    """Per-GPU parameters of a stage: dense weights over tp, experts over ep x etp (cached).
+    """Per-GPU parameters of a stage: dense weights over tp (but MLA's down projections),
+    experts over ep x etp (cached).
 
     The first stage holds the embedding; the last holds the output layer, which with tied
     embeddings and pp > 1 is a second copy Megatron keeps in sync (docs/sources.md 9.1).
@@ -212,4 +223,8 @@ def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams
         if not (model.tied_embeddings and shape.first):
             ends += embedding_params(model)
     expert = shape.moe_layers * expert_params(model)
-    return StageParams(dense=(dense + ends) / layout.tp, expert=expert / (layout.ep * layout.etp))
+    per_gpu = (dense + ends) / layout.tp
+    if model.mla is not None:  # down projections whole on each TP rank
+        whole = shape.layers * tp_replicated_params(model)
+        per_gpu += whole - whole / layout.tp
+    return StageParams(dense=per_gpu, expert=expert / (layout.ep * layout.etp))
