@@ -54,3 +54,13 @@ def test_one_cpu_computes_in_this_process(monkeypatch) -> None:
     monkeypatch.setattr(forked, "usable_cpus", lambda: 1)
     parent = os.getpid()
     assert list(forked_map(lambda n: (n, os.getpid()), [3, 4])) == [(3, parent), (4, parent)]
+
+
+@needs_fork
+def test_a_group_runs_in_one_child_and_a_single_group_here() -> None:
+    parent = os.getpid()
+    results = list(forked_map(lambda n: (n, os.getpid()), [0, 1, 2, 3], group=lambda n: n % 2))
+    assert [n for n, _ in results] == [0, 1, 2, 3]
+    assert results[0][1] == results[2][1] != results[1][1] == results[3][1] != parent
+    alone = list(forked_map(lambda n: (n, os.getpid()), [0, 1], group=lambda n: "one"))
+    assert alone == [(0, parent), (1, parent)]

@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
@@ -47,42 +47,46 @@ def _serve(fn: Callable[[Any], Any], batch: Sequence[Any], conn: Connection) -> 
                 conn.send(("failed", None))
 
 
-def forked_map(fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
+def forked_map(fn: Callable[[T], R], items: Sequence[T],
+               group: Callable[[T], Hashable] = id) -> Iterator[R]:
     """``fn`` of each item, in order; the children start now, before the iterator is read.
 
-    One child per item (the items are few: three what-ifs), so two CPUs share three searches
-    evenly instead of one child solving two of them after the other. ``fn`` must be pure: a
-    child's result is used as it is, and a failed item is computed again in this process.
+    Items of one ``group`` run one after the other in the same child, so they share what the
+    first one caches (the what-ifs on the same cluster reuse its topology and group links; apart
+    they cost more CPU than together); one child per group. A single group runs here, without a
+    child. ``fn`` must be pure: a child's result is used as it is, and a failed item is computed
+    again in this process.
     """
-    workers = len(items)
-    if usable_cpus() < 2 or not items or "fork" not in multiprocessing.get_all_start_methods():
+    keys = list(dict.fromkeys(group(item) for item in items))
+    if (len(keys) < 2 or usable_cpus() < 2
+            or "fork" not in multiprocessing.get_all_start_methods()):
         return (fn(item) for item in items)
     context = multiprocessing.get_context("fork")
     for stream in (sys.stdout, sys.stderr):  # a child must not repeat buffered output
         stream.flush()
     children = []
-    for index in range(workers):
+    for key in keys:
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_serve, args=(fn, items[index::workers], send),
-                                daemon=True)
+        batch = [item for item in items if group(item) == key]
+        child = context.Process(target=_serve, args=(fn, batch, send), daemon=True)
         child.start()
         send.close()
-        children.append((child, receive))
-    return _results(fn, items, children)
+        children.append((key, child, receive))
+    return _results(fn, items, group, children)
 
 
-def _results(fn: Callable[[T], R], items: Sequence[T],
-             children: list[tuple[Any, Connection]]) -> Iterator[R]:
+def _results(fn: Callable[[T], R], items: Sequence[T], group: Callable[[T], Hashable],
+             children: list[tuple[Hashable, Any, Connection]]) -> Iterator[R]:
+    pipes = {key: receive for key, _, receive in children}
     try:
-        for index, item in enumerate(items):
-            _, receive = children[index % len(children)]
+        for item in items:
             try:
-                status, value = receive.recv()
+                status, value = pipes[group(item)].recv()
             except (EOFError, OSError):
                 status, value = "failed", None
             yield value if status == "ok" else fn(item)
     finally:
-        for child, receive in children:
+        for _, child, receive in children:
             receive.close()
             if child.is_alive():
                 child.terminate()

@@ -88,8 +88,9 @@ def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn
              tuples: Sequence[Degrees], profile: Any = None) -> Iterator[WhatIf]:
     """The best layout of each variant over the degree ``tuples`` of the main search's table
     (``tuples_for``), in the order of ``variants``. They are independent searches, so they start
-    at once, in forked children where there is a second CPU (``forked.forked_map``), while the
-    caller prints the main answer; each is yielded as soon as it is known. Only its layout and
+    at once, in forked children where there is a second CPU and a second cluster to search
+    (``forked.forked_map``), while the caller prints the main answer; each is yielded as soon as
+    it is known. Only its layout and
     step time are read, so ``recommend_fn`` (``placer.solver.recommend``) writes no rank map."""
 
     def solve(variant: tuple[str, Cluster, Job]) -> WhatIf:
@@ -107,4 +108,6 @@ def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn
         best = found.candidates[0]
         return WhatIf(label, best.layout, best.step_time_s)
 
-    return forked_map(solve, variants(cluster, job))
+    # One child per cluster: the batch variants share the main search's cluster (and in one
+    # process its caches); twice the nodes has its own.
+    return forked_map(solve, variants(cluster, job), group=lambda variant: id(variant[1]))
