@@ -364,6 +364,22 @@ def _world(ints: dict[str, int], flags: set[str], script: Script, parsed: Parsed
         parsed.nodes = nnodes
 
 
+# Megatron-LM's MLA defaults (core_v0.16.1 arguments.py _add_mla_args L2725-2733; --q-lora-rank
+# None: no query compression).
+_MLA_DEFAULTS = {"kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64,
+                 "v_head_dim": 128}
+
+
+def _mla(ints: dict[str, int]) -> dict[str, object]:
+    """Model fields of --multi-latent-attention: the query/key head is --qk-head-dim (no rotary)
+    plus --qk-pos-emb-head-dim wide, as MLATransformerConfig documents q_head_dim."""
+    got = {k: ints.get(k, default) for k, default in _MLA_DEFAULTS.items()}
+    return {"head_dim": got["qk_head_dim"] + got["qk_pos_emb_head_dim"],
+            "mla": {"q_lora_rank": ints.get("q_lora_rank"), "kv_lora_rank": got["kv_lora_rank"],
+                    "qk_rope_head_dim": got["qk_pos_emb_head_dim"],
+                    "v_head_dim": got["v_head_dim"]}}
+
+
 def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConfig
            ) -> Model | None:
     """The model described by the script's architecture flags, if they are all present."""
@@ -393,6 +409,8 @@ def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConf
     }
     if "group_query_attention" in flags:
         fields["num_kv_heads"] = ints.get("num_query_groups", 1)
+    if "multi_latent_attention" in flags:
+        fields.update(_mla(ints))
     if "num_experts" in ints and ints["num_experts"] > 1:
         moe: dict[str, object] = {
             "num_experts": ints["num_experts"], "top_k": ints.get("moe_topk", DEFAULT_MOE_TOPK),

@@ -66,6 +66,23 @@ def _pos(value: Any) -> int | None:
         else None
 
 
+# megatron-core 0.16.1 MLATransformerConfig's defaults (its dataclass fields, which a Bridge or
+# NeMo model section overrides; q_lora_rank null: no query compression).
+_MLA_DEFAULTS: dict[str, int | None] = {"q_lora_rank": 512, "kv_lora_rank": 512,
+                                        "qk_head_dim": 128, "qk_pos_emb_head_dim": 64,
+                                        "v_head_dim": 128}
+
+
+def _mla(values: dict[str, Any]) -> dict[str, Any]:
+    """Model fields of a ``multi_latent_attention: true`` section: the query/key head is
+    qk_head_dim (no rotary) + qk_pos_emb_head_dim wide (MLATransformerConfig's q_head_dim)."""
+    got = {**_MLA_DEFAULTS, **values}
+    return {"head_dim": got["qk_head_dim"] + got["qk_pos_emb_head_dim"],
+            "mla": {"q_lora_rank": got["q_lora_rank"], "kv_lora_rank": got["kv_lora_rank"],
+                    "qk_rope_head_dim": got["qk_pos_emb_head_dim"],
+                    "v_head_dim": got["v_head_dim"]}}
+
+
 def _model(fields: dict[str, Any], name: str, path: Path, parsed: ParsedConfig
            ) -> Model | None:
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads")
@@ -245,6 +262,8 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
                                 if model.get("share_embeddings_and_output_weights") is not None
                                 else True),
     }
+    if get(model, "multi_latent_attention") is True:
+        fields.update(_mla({k: get(model, k) for k in model if k in _MLA_DEFAULTS}))
     if experts and experts > 1:
         fields["moe"] = {"num_experts": experts,
                          "top_k": _pos(get(model, "moe_router_topk")) or 2,

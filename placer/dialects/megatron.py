@@ -19,6 +19,7 @@ from placer.dialects.base import (
     pipeline_split,
     version_key,
 )
+from placer.spec import Model
 
 TARGET = Target("megatron", "Megatron-LM", ("0.13", "0.14", "0.15", "0.16"), "0.16",
                 "megatron-core")
@@ -57,6 +58,12 @@ INT_FLAGS = {
     "padded-vocab-size": "padded_vocab_size",
     "vocab-size": "vocab_size",
     "max-position-embeddings": "max_position_embeddings",
+    # multi-head latent attention (mla_dests)
+    "q-lora-rank": "q_lora_rank",
+    "kv-lora-rank": "kv_lora_rank",
+    "qk-head-dim": "qk_head_dim",
+    "qk-pos-emb-head-dim": "qk_pos_emb_head_dim",
+    "v-head-dim": "v_head_dim",
 }
 CHOICE_FLAGS = {"recompute-granularity": "recompute",
                 "data-parallel-sharding-strategy": "sharding_strategy",
@@ -71,6 +78,8 @@ BOOL_FLAGS = {
     "use-megatron-fsdp": "fsdp",
     "untie-embeddings-and-output-weights": "untie",
     "recompute-activations": "recompute_activations",
+    "multi-latent-attention": "multi_latent_attention",
+    "qk-layernorm": "qk_layernorm",
 }
 # Megatron's explicit per-stage layer layout (docs/sources.md 6.2, "Uneven PP").
 LAYOUT_FLAG = "pipeline-model-parallel-layout"
@@ -85,6 +94,42 @@ FSDP_CKPT_FORMAT = "fsdp_dtensor"
 # --use-megatron-fsdp first appears in core_v0.14.0 (arguments.py L2425); 0.13 has only the
 # older --use-custom-fsdp (core_v0.13.1 L646).
 FSDP_SINCE = "0.14"
+
+
+# Multi-head latent attention (Model.mla) as Megatron-LM builds it, by argument dest. The switch
+# --multi-latent-attention selects MLATransformerConfig (core_transformer_config_from_args,
+# core_v0.16.1 arguments.py L1311; an explicit flag in core_v0.13.1 L1458, core_v0.14.0 L1507,
+# core_v0.15.3 L1664, a TransformerConfig field made a flag by L1621 in 0.16). The shapes are
+# _add_mla_args (core_v0.16.1 L2723-2734): --q-lora-rank (default None: no query compression),
+# --kv-lora-rank, --qk-head-dim (the non-rotary part of the query/key head),
+# --qk-pos-emb-head-dim (the rotary part), --v-head-dim. --qk-layernorm makes the latents'
+# RMSNorms, which DeepSeek-V2/V3 and Kimi-K2 have (q_a_layernorm, kv_a_layernorm): megatron-core
+# gpt_layer_specs.py builds linear_q_up_proj/linear_kv_up_proj as layer-norm linears only with it.
+# NVIDIA's DeepSeek-V3 script passes the same seven (Megatron-LM@55ac708 docs/discussions/
+# megatron-fsdp-user-guide/example-scripts/sbatch_mfsdp_deepseek_v3.sh). Rotary settings stay
+# the user's: --rope-type unset takes MLATransformerConfig's yarn (arguments.py L1353-1355),
+# which rope fusion (on unless --no-rope-fusion) requires (MLATransformerConfig.__post_init__).
+MLA_SWITCHES = ("--multi-latent-attention", "--qk-layernorm")
+
+
+def mla_dests(model: Model) -> dict[str, int | None]:
+    """The MLA shapes of ``model`` by Megatron argument dest (empty for other attention)."""
+    mla = model.mla
+    if mla is None:
+        return {}
+    return {"q_lora_rank": mla.q_lora_rank, "kv_lora_rank": mla.kv_lora_rank,
+            "qk_head_dim": model.attention_head_dim - mla.qk_rope_head_dim,
+            "qk_pos_emb_head_dim": mla.qk_rope_head_dim, "v_head_dim": mla.v_head_dim}
+
+
+def mla_args(model: Model) -> list[tuple[str, ...]]:
+    """``mla_dests`` as flags; a null q_lora_rank is Megatron's default (no flag)."""
+    dests = mla_dests(model)
+    if not dests:
+        return []
+    return [*((flag,) for flag in MLA_SWITCHES),
+            *(("--" + dest.replace("_", "-"), str(value)) for dest, value in dests.items()
+              if value is not None)]
 
 
 def fit(placed: Placed) -> OrderFit:
@@ -130,6 +175,7 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
         out += [("--num-experts", str(plan.model.moe.num_experts)),
                 ("--expert-model-parallel-size", str(layout.ep)),
                 ("--expert-tensor-parallel-size", str(layout.etp))]
+    out += mla_args(plan.model)
     if layout.sequence_parallel:
         out.append(("--sequence-parallel",))
     out += [("--micro-batch-size", str(layout.micro_batch_size)),

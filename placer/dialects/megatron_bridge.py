@@ -52,6 +52,13 @@ def overrides(placed: Placed) -> dict[str, object]:
         model["virtual_pipeline_model_parallel_size"] = None  # the layout gives it
     if plan.model.moe is not None:
         model.update(expert_model_parallel_size=layout.ep, expert_tensor_parallel_size=layout.etp)
+    if plan.model.mla is not None:
+        # MLATransformerConfig's fields (megatron-core, Bridge's MLAModelProvider /
+        # DeepSeekV3ModelProvider extend it), as Megatron-LM's flags fill them
+        # (megatron.mla_dests); q_lora_rank is written even when null, since the field's own
+        # default is 512, not None.
+        model.update(multi_latent_attention=True, qk_layernorm=True,
+                     **megatron.mla_dests(plan.model))
     if layout.recompute == "selective":
         model["recompute_granularity"] = "selective"
         if layout.recompute_modules:

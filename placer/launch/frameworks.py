@@ -38,6 +38,10 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
     uneven = megatron.uneven_note(placement)
     if uneven:
         notes.append(uneven)
+    if placement.plan.model.mla is not None:
+        notes.append("The model's multi-head latent attention (--multi-latent-attention and its "
+                     "shapes) is written here, as the plan priced it; Megatron-LM refuses "
+                     "--group-query-attention with it.")
     if layout.zero_stage == 1:
         notes.append("zero=1: Megatron's distributed optimizer shards the optimizer state over "
                      "DP x CP and reduce-scatters gradients once per step.")

@@ -63,7 +63,20 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--bf16": ("bf16", None),
     "--fp8-format": ("fp8", str),
     "--use-tp-pp-dp-mapping": ("use_tp_pp_dp_mapping", None),
+    # multi-head latent attention: the switch and --qk-layernorm are TransformerConfig fields
+    # made flags (arguments.py L1621), the shapes _add_mla_args (L2723-2734)
+    "--multi-latent-attention": ("multi_latent_attention", None),
+    "--qk-layernorm": ("qk_layernorm", None),
+    "--q-lora-rank": ("q_lora_rank", int),
+    "--kv-lora-rank": ("kv_lora_rank", int),
+    "--qk-head-dim": ("qk_head_dim", int),
+    "--qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", int),
+    "--v-head-dim": ("v_head_dim", int),
 }
+# arguments.py's defaults where they are not None (_add_mla_args L2727-2733)
+DEFAULTS = {"kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+MLA_FIELDS = ("multi_latent_attention", "qk_layernorm", "q_lora_rank", "kv_lora_rank",
+              "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 
 def _argv(folder: str) -> list[str]:
@@ -79,7 +92,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         if kind is None:
             parser.add_argument(flag, dest=dest, action="store_true")
         else:
-            parser.add_argument(flag, dest=dest, type=kind)
+            parser.add_argument(flag, dest=dest, type=kind, default=DEFAULTS.get(dest))
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         raise ValueError(f"flags Megatron-LM core_v0.16.1 does not define: {unknown}")
@@ -89,7 +102,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _transformer_config(args: argparse.Namespace, model: dict[str, Any]) -> Any:
     import torch
     import torch.nn.functional as F  # noqa: N812
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
     kw: dict[str, Any] = {
         # the model (the user's flags, from the plan)
@@ -125,6 +138,11 @@ def _transformer_config(args: argparse.Namespace, model: dict[str, Any]) -> Any:
                   expert_tensor_parallel_size=args.expert_tensor_parallel_size,
                   moe_ffn_hidden_size=model["expert_ffn_hidden_size"],
                   moe_router_topk=model["top_k"])
+    if args.multi_latent_attention:
+        # core_transformer_config_from_args L1311: MLATransformerConfig; --rope-type unset keeps
+        # its yarn (L1353-1355); --no-rope-fusion unset leaves apply_rope_fusion on.
+        kw.update({k: getattr(args, k) for k in MLA_FIELDS}, apply_rope_fusion=True)
+        return MLATransformerConfig(**kw)
     return TransformerConfig(**kw)
 
 
@@ -164,34 +182,39 @@ BRIDGE_SECTIONS = {
 BF16_RECIPES = ("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed")
 
 
-def _bridge_fields(src: Path, section: str) -> set[str]:
+def _bridge_fields(src: Path, section: str, mla: bool = False) -> set[str]:
+    """The section class's fields; with ``mla`` the model section is Bridge's MLAModelProvider
+    (models/mla_provider.py: MLATransformerConfig + GPTModelProvider, no fields of its own)."""
     import ast
     import dataclasses
     import importlib
 
     file, cls, base = BRIDGE_SECTIONS[section]
+    mla_base = "megatron.core.transformer:MLATransformerConfig" if mla else None
     tree = ast.parse((src / "megatron" / "bridge" / file).read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == cls:
             names |= {n.target.id for n in node.body
                       if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    if base:
-        module, _, name = base.partition(":")
-        names |= {f.name for f in dataclasses.fields(getattr(importlib.import_module(module),
-                                                             name))}
+    for base_path in (base, mla_base):
+        if base_path:
+            module, _, name = base_path.partition(":")
+            names |= {f.name for f in dataclasses.fields(getattr(importlib.import_module(module),
+                                                                 name))}
     return names
 
 
 def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
     import yaml
     from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
     doc = yaml.safe_load(Path(case["dir"], "megatron_bridge_overrides.yaml").read_text())
     out: dict[str, Any] = {"doc": doc}
+    mla = bool(doc["model"].get("multi_latent_attention"))
     if src is not None:
-        out["unknown"] = {sec: sorted(set(keys) - _bridge_fields(src, sec))
+        out["unknown"] = {sec: sorted(set(keys) - _bridge_fields(src, sec, mla))
                           for sec, keys in doc.items() if isinstance(keys, dict)}
         recipes = (src / "megatron/bridge/training/mixed_precision.py").read_text()
         if f"def {doc.get('mixed_precision')}()" not in recipes:
@@ -213,12 +236,13 @@ def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
                   moe_router_topk=model["top_k"])
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
-            config = TransformerConfig(**kw)
+            config = (MLATransformerConfig if mla else TransformerConfig)(**kw)
             DistributedDataParallelConfig(**doc["ddp"])
         except (AssertionError, ValueError, TypeError) as exc:
             out["error"] = f"megatron-core: {type(exc).__name__}: {exc}"
             return out
     out["vpp"] = config.virtual_pipeline_model_parallel_size
+    out["mla"] = {k: getattr(config, k, None) for k in MLA_FIELDS}
     return out
 
 
@@ -249,6 +273,8 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
         "virtual_pipeline_model_parallel_size", "sequence_parallel", "expert_model_parallel_size",
         "expert_tensor_parallel_size", "num_layers_in_first_pipeline_stage",
         "num_layers_in_last_pipeline_stage", "recompute_granularity")}
+    out["mla"] = {k: getattr(config, k, None) for k in MLA_FIELDS}
+    out["config_class"] = type(config).__name__
     out["ddp"] = {"use_distributed_optimizer": ddp.use_distributed_optimizer,
                   "use_megatron_fsdp": ddp.use_megatron_fsdp,
                   "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy}
