@@ -8,7 +8,7 @@ fresh process, so the peak resident memory (ru_maxrss, imports included) is that
 Brute force: every layout of the same space costed with the same cost model (natural mesh
 order), reduced by the same rules as the table (least recompute that fits per knob setting, no
 layout slower *and* larger than another of the same degrees), then the greedy top K. The search
-(branch and bound + CP-SAT) must return the same K layouts; the bench prints both.
+(branch and bound, then the selection) must return the same K layouts; the bench prints both.
 
 ``--commands`` times ``placer recommend-layout`` itself as a user runs it (a fresh process,
 default flags, what-ifs on) for the issue #20 problems [GPT-3 175B / 1,024 A100 < 2 s;
@@ -170,7 +170,7 @@ def run_speed(names: list[str], brute: bool) -> None:
     print(f"wall s = recommend(top_k={TOP_K}) from inputs to ranked candidates with rank maps, "
           "one fresh process per problem;\npeak = that process's ru_maxrss (imports included)\n")
     header = (f"{'problem':<10} {'GPUs':>7} {'wall s':>8} {'target':>7} {'peak MiB':>9} "
-              f"{'tuples':>6} {'layouts':>8} {'costed':>7} {'rows':>5} {'CP-SAT':>8}  best")
+              f"{'tuples':>6} {'layouts':>8} {'costed':>7} {'rows':>5} {'status':>8}  best")
     print(header)
     print("-" * len(header))
     results = {}
