@@ -50,9 +50,9 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # FlashAttention-2's on A100 (llm-foundry's A100 rows).
     "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=3.15e+09,
                         attention_efficiency=0.341),
-    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.81e+10,
+    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.93e+10,
                         attention_efficiency=0.397),
-    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=3.93e+10,
+    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=4.66e+10,
                         attention_efficiency=0.265),
 }
 # Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
@@ -128,11 +128,11 @@ FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.76
+ELEMENTWISE_TRAFFIC_FACTOR = 2.67
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. Fitted by bench/fit_compute.py jointly over all rows.
-OVERLAP_EFFICIENCY = 0.448
+OVERLAP_EFFICIENCY = 0.432
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
 # set's MoE rows (two Megatron-Bridge publications on H100, B200 and GB200: Qwen3-30B-A3B and
@@ -155,11 +155,11 @@ MOE_DISPATCH_S_PER_ROUTED_TOKEN = 0.0
 # --moe-pad-expert-input-to-capacity option) and launches a train of small kernels. Fitted by
 # bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
 # range from 1 to 4 sequences.
-MOE_DISPATCH_S_PER_LAYER = 4.31e-05
+MOE_DISPATCH_S_PER_LAYER = 3.37e-05
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
-ATTENTION_HALF_KEYS = 324
+ATTENTION_HALF_KEYS = 312
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
