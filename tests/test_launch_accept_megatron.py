@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from helpers_frameworks import Case, example_cases, megatron_bridge_src, need, run_worker
 
+from placer.cost.stack_options import job_options
 from placer.dialects import megatron
 
 # Each starts the framework in its own venv over every example candidate (tests/conftest.py).
@@ -72,6 +73,22 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
         assert ddp["use_megatron_fsdp"] == (layout.zero_stage >= 2), case.id
         assert ddp["data_parallel_sharding_strategy"] == (
             megatron.FSDP_STRATEGY.get(layout.zero_stage, "no_shard")), case.id
+        # What the cost model priced is what megatron-core's configs run, or the file says why
+        # not (a comment line naming the flag).
+        options, text = job_options(job), (case.folder / "megatron_args.sh").read_text()
+        comments = " ".join(line.lstrip("# ") for line in text.splitlines()
+                            if line.startswith("#"))
+        assert ddp["overlap_grad_reduce"] == options.dp_comm_overlap, case.id
+        if options.param_gather_overlap and layout.zero_stage >= 1:
+            assert ddp["overlap_param_gather"] or "--overlap-param-gather" in comments, case.id
+        if options.tp_comm_overlap and layout.tp > 1:
+            assert config["tp_comm_overlap"] or "--tp-comm-overlap" in comments, case.id
+        if options.ep_comm_overlap and layout.ep > 1:
+            assert (config["overlap_moe_expert_parallel_comm"]
+                    or "--overlap-moe-expert-parallel-comm" in comments), case.id
+        if case.plan.model.moe is not None:
+            assert config["moe_token_dispatcher_type"] == options.moe_dispatcher, case.id
+        assert ddp["grad_reduce_in_fp32"] == (job.optimizer.grad_bytes != 2), case.id
         if layout.zero_stage >= 2:
             # Megatron-FSDP's checkpoint format (arguments.py core_v0.16.1 L690).
             assert got["args"]["ckpt_format"] == megatron.FSDP_CKPT_FORMAT, case.id
@@ -87,7 +104,6 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
         names = [k for k in rankmap["groups"] if case.plan.model.moe or k not in EXPERT]
         ours = {k: sorted(sorted(g) for g in rankmap["groups"][k]) for k in names}
         theirs = {k: got["groups"][k] for k in names}
-        text = (case.folder / "megatron_args.sh").read_text()
         if "cannot express this rank map" in text:
             assert theirs != ours, f"{case.id}: placer says Megatron cannot express it"
         else:

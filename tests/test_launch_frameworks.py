@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from helpers_launch import (
     JOB,
     candidate,
@@ -28,6 +29,7 @@ from placer.errors import PlacerError
 from placer.launch import launch_files
 from placer.spec import Job, Layout, Plan
 from placer.spec.presets import model_preset
+from placer.spec.runtime import Runtime
 
 # Python 3.11+ standard library; placer supports 3.10, where these TOML checks are skipped.
 tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
@@ -312,3 +314,85 @@ def test_layout_knobs_reach_torchtitan_and_refusals_say_why() -> None:
     assert "no per-op selective recomputation" in readme
     offload = _files(_plan(Layout(tp=2, dp=8, offload_layers=1)))
     assert "torchtitan.toml" not in offload and "no activation offloading" in offload["README.md"]
+
+
+def _runtime_job(**runtime: Any) -> Job:
+    return Job(name="runtime-job", seq_len=4096, global_batch_size=64,
+               precision=runtime.pop("precision", "bf16"), runtime=Runtime(**runtime))
+
+
+def test_megatron_runs_the_overlaps_the_estimate_assumes(tmp_path: Path) -> None:
+    """placer's generic defaults (no stack: CostOptions) overlap gradient reduction and the
+    parameter gather; Megatron defaults both off (core_v0.16.1 arguments.py L2243, L2264)."""
+    args, _ = _megatron(_plan(Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True)),
+                        tmp_path)
+    assert args.overlap_grad_reduce and args.overlap_param_gather
+    assert not (args.tp_comm_overlap or args.grad_reduce_in_bf16 or args.fp8_param_gather)
+    assert args.moe_token_dispatcher_type is None  # dense model: no dispatcher flag
+    # zero=0: no parameter gather to overlap (Megatron asserts the distributed optimizer)
+    args, text = _megatron(_plan(Layout(tp=2, dp=8)), tmp_path)
+    assert args.overlap_grad_reduce and not args.overlap_param_gather
+    assert "not written" not in _unwrapped(text)
+
+
+def test_megatron_tp_overlap_only_with_sequence_parallel(tmp_path: Path) -> None:
+    job = _runtime_job(overlaps=("tp", "dp_grad"))
+    args, text = _megatron(_plan(Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True),
+                                 job=job), tmp_path)
+    assert args.tp_comm_overlap and args.overlap_grad_reduce and not args.overlap_param_gather
+    assert "--tp-comm-overlap needs Transformer Engine" in _unwrapped(text)
+    args, text = _megatron(_plan(Layout(tp=2, dp=8, zero_stage=1), job=job), tmp_path)
+    assert not args.tp_comm_overlap
+    assert "--tp-comm-overlap needs --sequence-parallel, which the layout has off: not " \
+        "written" in _unwrapped(text)
+
+
+def test_megatron_param_gather_without_grad_overlap_is_a_note(tmp_path: Path) -> None:
+    job = _runtime_job(overlaps=("param_gather",))
+    args, text = _megatron(_plan(Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True),
+                                 job=job), tmp_path)
+    assert not (args.overlap_param_gather or args.overlap_grad_reduce)
+    assert "--overlap-param-gather only with --overlap-grad-reduce" in _unwrapped(text)
+
+
+def test_megatron_bf16_reduce_and_fp8_param_gather(tmp_path: Path) -> None:
+    job = _runtime_job(grad_reduce_dtype="bf16", fp8_param_gather=True, precision="fp8")
+    args, text = _megatron(_plan(Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True),
+                                 job=job), tmp_path)
+    assert args.grad_reduce_in_bf16 and args.fp8_param_gather and args.fp8_format == "hybrid"
+    args, text = _megatron(_plan(Layout(tp=2, dp=8, sequence_parallel=True), job=job), tmp_path)
+    assert args.grad_reduce_in_bf16 and not args.fp8_param_gather
+    assert "--fp8-param-gather needs the distributed optimizer" in _unwrapped(text)
+
+
+def _moe_plan(job: Job, layout: Layout) -> Plan:
+    return _plan(layout, job=job, model="mixtral-8x7b")
+
+
+def test_megatron_moe_dispatcher_and_expert_overlap(tmp_path: Path) -> None:
+    # Megatron's dispatcher default is allgather (transformer_config.py L675); placer's alltoall.
+    layout = Layout(tp=2, dp=8, ep=2, zero_stage=1, sequence_parallel=True)
+    args, _ = _megatron(_moe_plan(JOB, layout), tmp_path)
+    assert args.moe_token_dispatcher_type == "alltoall"
+    assert not args.overlap_moe_expert_parallel_comm
+    args, _ = _megatron(_moe_plan(_runtime_job(overlaps=("dp_grad", "ep")), layout), tmp_path)
+    assert args.overlap_moe_expert_parallel_comm and args.overlap_grad_reduce
+    job = _runtime_job(overlaps=("ep",), moe_dispatcher="allgather")
+    args, text = _megatron(_moe_plan(job, layout.model_copy(update={"recompute": "full"})),
+                           tmp_path)
+    assert args.moe_token_dispatcher_type == "allgather"
+    assert not args.overlap_moe_expert_parallel_comm
+    assert ("refuses --overlap-moe-expert-parallel-comm with the allgather dispatcher, full "
+            "recomputation: not written") in _unwrapped(text)
+
+
+def test_bridge_overrides_carry_the_runtime() -> None:
+    job = _runtime_job(overlaps=("tp", "dp_grad", "param_gather"), grad_reduce_dtype="bf16")
+    text = _files(_plan(Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True), job=job))[
+        "megatron_bridge_overrides.yaml"]
+    doc = yaml.safe_load(text)
+    assert doc["comm_overlap"] == {"tp_comm_overlap": True, "overlap_grad_reduce": True,
+                                   "overlap_param_gather": True,
+                                   "overlap_moe_expert_parallel_comm": False}
+    assert doc["ddp"]["overlap_grad_reduce"] and doc["ddp"]["overlap_param_gather"]
+    assert "keeps grad_reduce_in_fp32: true" in _unwrapped(text)

@@ -9,6 +9,7 @@ line of ``arguments.py`` it was read from (NVIDIA/Megatron-LM tags ``core_v0.13.
 
 from __future__ import annotations
 
+from placer.cost.stack_options import job_options
 from placer.dialects.base import (
     OrderFit,
     Placed,
@@ -158,6 +159,85 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     return [Refusal(FILE, TARGET, version, reason) for reason in out]
 
 
+# The job's runtime settings as Megatron-LM core_v0.16.1 reads them (NVIDIA/Megatron-LM@
+# 55ac7082517c3878ae653c07c09c534b8aed49f6 megatron/training/arguments.py): --overlap-grad-reduce
+# (L2243) and --overlap-param-gather (L2264) default off, and the latter needs the distributed
+# optimizer or Megatron-FSDP and --overlap-grad-reduce (L597-603); --grad-reduce-in-bf16 (L2178);
+# --fp8-param-gather (L1398) needs the distributed optimizer or an FSDP (L655-657);
+# --tp-comm-overlap needs --sequence-parallel (L915-916) and Transformer Engine's userbuffers;
+# --moe-token-dispatcher-type (default allgather) and --overlap-moe-expert-parallel-comm are
+# TransformerConfig fields made flags (L1621; megatron/core/transformer/transformer_config.py
+# L675, model_parallel_config.py L264), the latter checked in TransformerConfig.__post_init__
+# (L1852-1890: EP > 1, alltoall/flex, no full recomputation, virtual stages under PP, bf16).
+RUNTIME_FLAGS = {"overlap_grad_reduce": "--overlap-grad-reduce",
+                 "overlap_param_gather": "--overlap-param-gather",
+                 "tp_comm_overlap": "--tp-comm-overlap",
+                 "overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
+                 "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
+                 "grad_reduce_in_bf16": "--grad-reduce-in-bf16",
+                 "fp8_param_gather": "--fp8-param-gather"}
+
+
+def runtime_settings(placed: Placed) -> tuple[dict[str, object], list[str]]:
+    """The runtime settings the cost model priced this candidate with (its job on its stack,
+    ``placer.cost.stack_options.job_options``), by Megatron argument dest, only those on; and
+    one note for each it priced that Megatron cannot run with this layout (the estimate assumes
+    what the launch will not do)."""
+    layout, plan = placed.layout, placed.plan
+    options = job_options(plan.job)
+    out: dict[str, object] = {}
+    notes: list[str] = []
+    sharded = layout.zero_stage >= 1  # distributed optimizer (1) or Megatron-FSDP (2, 3)
+    if options.dp_comm_overlap:
+        out["overlap_grad_reduce"] = True
+    if options.param_gather_overlap and sharded:
+        if options.dp_comm_overlap:
+            out["overlap_param_gather"] = True
+        else:
+            notes.append("The estimate overlaps the parameter all-gather, but Megatron runs "
+                         "--overlap-param-gather only with --overlap-grad-reduce, which the "
+                         "job's runtime has off: not written, so the launch gathers unhidden.")
+    if options.tp_comm_overlap and layout.tp > 1:
+        if layout.sequence_parallel:
+            out["tp_comm_overlap"] = True
+            notes.append("--tp-comm-overlap needs Transformer Engine (userbuffers) and "
+                         "--transformer-impl transformer_engine (Megatron's default).")
+        else:
+            notes.append("The estimate overlaps TP communication with GEMMs, but Megatron's "
+                         "--tp-comm-overlap needs --sequence-parallel, which the layout has off: "
+                         "not written, so the launch runs TP communication unhidden.")
+    if plan.model.moe is not None:
+        out["moe_token_dispatcher_type"] = options.moe_dispatcher
+        if options.ep_comm_overlap and layout.ep > 1:
+            blockers = [why for bad, why in (
+                (options.moe_dispatcher not in ("alltoall", "flex"),
+                 f"the {options.moe_dispatcher} dispatcher"),
+                (layout.recompute == "full", "full recomputation"),
+                (layout.pp > 1 and layout.vpp <= 1, "PP without virtual stages")) if bad]
+            if blockers:
+                notes.append("The estimate overlaps the MoE all-to-all, but Megatron refuses "
+                             "--overlap-moe-expert-parallel-comm with " + ", ".join(blockers)
+                             + ": not written, so the launch dispatches unhidden.")
+            else:
+                out["overlap_moe_expert_parallel_comm"] = True
+    if plan.job.optimizer.grad_bytes == 2:
+        out["grad_reduce_in_bf16"] = True
+    if plan.job.runtime.fp8_param_gather:
+        if sharded:
+            out["fp8_param_gather"] = True
+        else:
+            notes.append("The estimate keeps FP8 weights (fp8_param_gather), but Megatron's "
+                         "--fp8-param-gather needs the distributed optimizer or an FSDP (zero >= "
+                         "1): not written, so the launch keeps bf16 weights (more memory).")
+    return out, notes
+
+
+def runtime_args(placed: Placed) -> list[tuple[str, ...]]:
+    """``runtime_settings`` as Megatron-LM flags."""
+    return [(RUNTIME_FLAGS[dest],) if value is True else (RUNTIME_FLAGS[dest], str(value))
+            for dest, value in runtime_settings(placed)[0].items()]
+
+
 def args(placed: Placed) -> list[tuple[str, ...]]:
     """Megatron-LM flags as (flag, value...) tuples, in a stable order (docs/sources.md 6.2)."""
     layout, plan = placed.layout, placed.plan
@@ -214,6 +294,7 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
     out.append(("--bf16",))
     if plan.job.precision == "fp8":
         out.append(("--fp8-format", "hybrid"))
+    out += runtime_args(placed)
     flag = fit(placed).flag
     if flag:
         out.append((flag,))

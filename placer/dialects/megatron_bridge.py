@@ -92,7 +92,42 @@ def overrides(placed: Placed) -> dict[str, object]:
     if fsdp:
         out["checkpoint"] = {"ckpt_format": megatron.FSDP_CKPT_FORMAT}
         model["gradient_accumulation_fusion"] = False
+    runtime = megatron.runtime_settings(placed)[0]
+    if "moe_token_dispatcher_type" in runtime:
+        model["moe_token_dispatcher_type"] = runtime["moe_token_dispatcher_type"]
+    # The overlaps go both into ddp / model (megatron-core's DistributedDataParallelConfig and
+    # TransformerConfig fields) and into comm_overlap (Bridge 0.3.1 training/comm_overlap.py
+    # CommOverlapConfig L381-395, whose setup() rewrites ddp's and the model's overlap fields
+    # from the user's values when a recipe has the section: config.py L1870-1872).
+    overlap = {key: bool(runtime.get(key)) for key in _COMM_OVERLAP}
+    out["ddp"].update(overlap_grad_reduce=overlap["overlap_grad_reduce"],  # type: ignore[union-attr]
+                      overlap_param_gather=overlap["overlap_param_gather"])
+    if plan.model.moe is not None:
+        model["overlap_moe_expert_parallel_comm"] = overlap["overlap_moe_expert_parallel_comm"]
+    out["comm_overlap"] = overlap
     return out
+
+
+# CommOverlapConfig fields placer sets (tp_comm_overlap has no default there, so it is written).
+_COMM_OVERLAP = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+                 "overlap_moe_expert_parallel_comm")
+
+
+def recipe_notes(placed: Placed) -> list[str]:
+    """What the named mixed-precision recipe overrides: its setup() writes grad_reduce_in_fp32
+    (default True) and fp8_param_gather (default False) into ddp and the model (Bridge 0.3.1
+    training/mixed_precision.py L42, L56, L100-122), so a job priced with bf16 gradient reduction
+    or FP8 weights needs a recipe that sets them."""
+    runtime, notes = megatron.runtime_settings(placed)
+    if runtime.get("grad_reduce_in_bf16"):
+        notes.append("The estimate reduces gradients in bf16, but the mixed_precision recipe "
+                     "below keeps grad_reduce_in_fp32: true: use a recipe with "
+                     "grad_reduce_in_fp32 = False, or the launch reduces in fp32.")
+    if runtime.get("fp8_param_gather"):
+        notes.append("The estimate keeps FP8 weights, but the mixed_precision recipe below has "
+                     "fp8_param_gather: false: use a recipe with fp8_param_gather = True, or the "
+                     "launch keeps bf16 weights.")
+    return notes
 
 
 def render_yaml(placed: Placed, notes: list[str]) -> str:

@@ -52,6 +52,7 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
                      "reduce-scatters gradients every micro-batch; it saves and loads only "
                      f"--ckpt-format {megatron.FSDP_CKPT_FORMAT}, and needs "
                      "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (env.sh leaves it unset).")
+    notes += megatron.runtime_settings(placement)[1]
     lines = ["# shellcheck shell=bash", *comment_block(notes),
              *(f"# {line}" for line in world_line(placement)),
              "# shellcheck disable=SC2034  # read by the script that sources this file",
@@ -74,6 +75,7 @@ def render_bridge_yaml(placement: PlacedCandidate,
     uneven = megatron.uneven_note(placement)
     if uneven:
         notes.append(uneven)
+    notes += megatron_bridge.recipe_notes(placement)
     return megatron_bridge.render_yaml(placement, [
         line.removeprefix("# ").removeprefix("#") for line in comment_block(notes)])
 

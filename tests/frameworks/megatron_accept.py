@@ -63,6 +63,15 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--bf16": ("bf16", None),
     "--fp8-format": ("fp8", str),
     "--use-tp-pp-dp-mapping": ("use_tp_pp_dp_mapping", None),
+    # runtime settings: arguments.py L2243, L2264, L2178, L1398; TransformerConfig fields made
+    # flags (L1621): tp_comm_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type
+    "--overlap-grad-reduce": ("overlap_grad_reduce", None),
+    "--overlap-param-gather": ("overlap_param_gather", None),
+    "--grad-reduce-in-bf16": ("grad_reduce_in_bf16", None),
+    "--fp8-param-gather": ("fp8_param_gather", None),
+    "--tp-comm-overlap": ("tp_comm_overlap", None),
+    "--overlap-moe-expert-parallel-comm": ("overlap_moe_expert_parallel_comm", None),
+    "--moe-token-dispatcher-type": ("moe_token_dispatcher_type", str),
     # multi-head latent attention: the switch and --qk-layernorm are TransformerConfig fields
     # made flags (arguments.py L1621), the shapes _add_mla_args (L2723-2734)
     "--multi-latent-attention": ("multi_latent_attention", None),
@@ -130,6 +139,10 @@ def _transformer_config(args: argparse.Namespace, model: dict[str, Any]) -> Any:
                   recompute_num_layers=args.recompute_num_layers)
     if args.fp8:
         kw["fp8"] = args.fp8
+    kw.update(tp_comm_overlap=args.tp_comm_overlap,
+              overlap_moe_expert_parallel_comm=args.overlap_moe_expert_parallel_comm)
+    if args.moe_token_dispatcher_type:
+        kw["moe_token_dispatcher_type"] = args.moe_token_dispatcher_type
     if model["gated_mlp"]:
         kw.update(activation_func=F.silu, gated_linear_unit=True)
     if args.num_experts:
@@ -178,6 +191,7 @@ BRIDGE_SECTIONS = {
                   "megatron.core.optimizer:OptimizerConfig"),
     "dist": ("training/config.py", "DistributedInitConfig", None),
     "checkpoint": ("training/config.py", "CheckpointConfig", None),
+    "comm_overlap": ("training/comm_overlap.py", "CommOverlapConfig", None),
 }
 BF16_RECIPES = ("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed")
 
@@ -257,6 +271,19 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
     except (ValueError, argparse.ArgumentError) as exc:
         out["error"] = f"arguments: {exc}"
         return out
+    # validate_args's rules for these flags (core_v0.16.1 arguments.py L597-601, L655-657,
+    # L915-916), as written there
+    sharded = args.use_distributed_optimizer or args.use_megatron_fsdp
+    for broken, why in ((args.overlap_param_gather and not (sharded and args.overlap_grad_reduce),
+                         "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP"
+                         " and --overlap-grad-reduce"),
+                        (args.fp8_param_gather and not sharded,
+                         "--fp8-param-gather needs the distributed optimizer or an FSDP"),
+                        (args.tp_comm_overlap and not args.sequence_parallel,
+                         "--tp-comm-overlap needs --sequence-parallel")):
+        if broken:
+            out["error"] = f"arguments: {why}"
+            return out
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             config = _transformer_config(args, case["model"])
@@ -264,7 +291,9 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
                 use_distributed_optimizer=args.use_distributed_optimizer,
                 use_megatron_fsdp=args.use_megatron_fsdp,
                 data_parallel_sharding_strategy=args.data_parallel_sharding_strategy or
-                "no_shard")
+                "no_shard", overlap_grad_reduce=args.overlap_grad_reduce,
+                overlap_param_gather=args.overlap_param_gather,
+                grad_reduce_in_fp32=not args.grad_reduce_in_bf16)
         except (AssertionError, ValueError, TypeError) as exc:
             out["error"] = f"megatron-core: {type(exc).__name__}: {exc}"
             return out
@@ -272,12 +301,16 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
         "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
         "virtual_pipeline_model_parallel_size", "sequence_parallel", "expert_model_parallel_size",
         "expert_tensor_parallel_size", "num_layers_in_first_pipeline_stage",
-        "num_layers_in_last_pipeline_stage", "recompute_granularity")}
+        "num_layers_in_last_pipeline_stage", "recompute_granularity", "tp_comm_overlap",
+        "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type")}
     out["mla"] = {k: getattr(config, k, None) for k in MLA_FIELDS}
     out["config_class"] = type(config).__name__
     out["ddp"] = {"use_distributed_optimizer": ddp.use_distributed_optimizer,
                   "use_megatron_fsdp": ddp.use_megatron_fsdp,
-                  "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy}
+                  "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy,
+                  "overlap_grad_reduce": ddp.overlap_grad_reduce,
+                  "overlap_param_gather": ddp.overlap_param_gather,
+                  "grad_reduce_in_fp32": ddp.grad_reduce_in_fp32}
     out["args"] = {k: getattr(args, k) for k in ("micro_batch_size", "global_batch_size",
                                                   "seq_length", "ckpt_format")}
     out["groups"] = _groups(args, case["world_size"])
