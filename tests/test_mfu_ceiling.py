@@ -48,7 +48,8 @@ def test_gpt3_on_1024_a100_above_every_measured_run_is_flagged_in_the_why() -> N
     lines = explain(model, cluster, job, [est], None, [])
     flagged = [line for line in lines if line.startswith("Unvalidated:")]
     ceiling = MEASURED_MFU_CEILING[("A100-80GB", "bf16", True)][0]
-    assert (len(flagged) == 1) == (est.mfu > ceiling), (est.mfu, lines)
+    # beyond_measured_mfu compares at the table's precision: equal to the ceiling is reached.
+    assert (len(flagged) == 1) == (round(est.mfu, 3) > ceiling), (est.mfu, lines)
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ MEASURED_MFU_CEILING: dict[tuple[str, str, bool], tuple[float, str]] = {
     ("B200", "bf16", True): (0.211, "mbridge260201_b200_gptoss120b_bf16_64gpu"),
     ("B200", "fp8", False): (0.394, "mbridge2511_b200_llama3_8b_fp8_cs_8gpu"),
     ("B200", "fp8", True): (0.386, "mbridge2511_b200_llama3_1_405b_fp8_cs_128gpu"),
-    ("GB200", "bf16", True): (0.467, "mbridge2511_gb200_deepseekv3_bf16_256gpu"),
+    ("GB200", "bf16", True): (0.353, "mbridge2511_gb200_deepseekv3_bf16_256gpu"),
     ("GB200", "fp8", True): (0.454, "mbridge260401_gb200_llama31405b_fp8_256gpu"),
     ("H100-SXM-80GB", "bf16", False): (0.464, "llmfoundry_h100bf16_mpt7b_s2048_8gpu"),
     ("H100-SXM-80GB", "bf16", True): (0.494, "mcore_r080_h100_weak_16B"),

@@ -145,11 +145,22 @@ class Refusal:
 
 def pipeline_split(placed: Placed) -> PipelineSplit:
     """The decoder layers of every virtual stage: the layout's own split, else the candidate's
-    per-stage counts (searched without virtual stages), else the even split."""
+    per-stage counts, else the even split.
+
+    The search gives a stage whole virtual stages (``solver.stages.split_layers``: a multiple of
+    vpp layers each), so with virtual stages each of a rank's chunks holds its count / vpp."""
     layout, model = placed.layout, placed.plan.model
     stages = placed.candidate.stage_layers
     knobs = (layout.first_stage_layers, layout.last_stage_layers, layout.pp_layout,
              layout.stage_layers, layout.embedding_in_split or None, layout.loss_in_split or None)
-    if stages is not None and layout.vpp == 1 and all(k is None for k in knobs):
+    even = layout.pipeline_split(model.num_layers)
+    if stages is None or any(k is not None for k in knobs) or list(stages) == even.rank_layers:
+        return even
+    if layout.vpp == 1:
         return PipelineSplit(tuple(stages), layout.pp)
-    return layout.pipeline_split(model.num_layers)
+    if any(count % layout.vpp for count in stages):
+        raise InputError("candidate.stage_layers", list(stages),
+                         f"give each stage a multiple of vpp={layout.vpp} layers")
+    chunks = tuple(stages[even.rank_of(chunk)] // layout.vpp
+                   for chunk in range(layout.pp * layout.vpp))
+    return PipelineSplit(chunks, layout.pp, v_shape=even.v_shape)
