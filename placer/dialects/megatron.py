@@ -87,7 +87,7 @@ LAYOUT_FLAG = "pipeline-model-parallel-layout"
 # ZeRO stage each --data-parallel-sharding-strategy amounts to (docs/sources.md 6.2).
 SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 # The Megatron-FSDP strategy written for each ZeRO stage it runs (2 and 3).
-FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+FSDP_STRATEGY = {zero: strategy for strategy, zero in SHARDING_ZERO.items() if zero >= 2}
 # Megatron-FSDP with full sharding (ZeRO-3) checkpoints only in this format: core_v0.14.0
 # arguments.py L638, core_v0.15.3 L718, core_v0.16.1 L690 ("Megatron FSDP only supports
 # fsdp_dtensor checkpoint format"); the format is a --ckpt-format choice from 0.14.0 on.

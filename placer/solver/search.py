@@ -217,8 +217,7 @@ def paced_estimate(model: Model, cluster: Cluster, job: Job, est: Estimate) -> E
         return est
     placement = Placement(tuple(est.mesh_order), None, "natural", "")
     topology = topology_of(cluster)
-    split = None if est.layout.pp == 1 else split_for_types(model, cluster, job, est.layout,
-                                                            placement, topology)
+    split = split_for_types(model, cluster, job, est.layout, placement, topology)
     paced = est if split is None else _at_stage_pace(est, split.pace)
     return _of_used_peaks(paced, placement, cluster, job, topology)
 
