@@ -611,11 +611,17 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # FlashAttention-2 (an assumption where the page does not name the backend).
     fa2 = eager or source in FA2_ATTENTION_SOURCES
     bridge_dispatcher, bridge_a2a_overlap = bridge_moe_dispatch(record)
+    # DeepSpeed's optimizers (options.py): BF16_Optimizer, which BLOOM's rows name from
+    # 2022-02-28 on, under the pipeline engine; before it the fp16 ZeRO-1 optimizer.
+    bf16_optimizer = (source in DEEPSPEED_PIPELINE_SOURCES
+                      and "BF16_Optimizer" in f"{record.get('precision')} {sharding}")
+    reallocated = deepspeed and not bf16_optimizer and zero_stage(sharding) in (1, 2)
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
                                             or bridge_expandable_segments(record)),
+                       grads_reallocated=reallocated, bf16_grad_copy=bf16_optimizer,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        cp_comm_overlap=source not in ALLGATHER_CP_SOURCES,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,

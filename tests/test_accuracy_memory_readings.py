@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,3 +59,44 @@ def test_torchtitans_compiled_runs_compile_the_loss_from_june_2025() -> None:
     defaults to model and loss), not in the Dec 2024 runs."""
     assert all(c.options.compiled_loss for c in _cases("TORCHTITAN_MXFP8_MOE"))
     assert not any(c.options.compiled_loss for c in _cases("TORCHTITAN_2412"))
+
+
+def _bloom(record_id: str) -> accuracy.Case:
+    return next(c for c in _cases("BLOOM_REPO") if c.record_id == record_id)
+
+
+def test_bloom_reads_deepspeeds_optimizer_of_each_period() -> None:
+    """BLOOM's sweep ran DeepSpeed's fp16 ZeRO-1 optimizer until 2022-02-28 and BF16_Optimizer
+    after (bigscience@9e64ede train/tr11-176B-ml/chronicles-prequel.md 'Rebalancing layers')."""
+    for case in _cases("BLOOM_REPO"):
+        bf16 = "2022-02-25" not in case.record_id
+        assert case.options.bf16_grad_copy is bf16, case.record_id
+        assert case.options.grads_reallocated is not bf16, case.record_id
+        assert case.job.optimizer.grad_bytes == (4 if bf16 else 2), case.record_id
+
+
+def test_bf16_optimizer_costs_4_bytes_per_parameter_more_than_fp16_zero1() -> None:
+    """The BLOOM chronicle on switching to BF16_Optimizer: 'The additional memory usage is
+    4bytes x params and it's not sharded across gpus' (fp32 gradient accumulation, against fp16
+    ZeRO-1 accumulating in the fp16 .grad). Same layout, both readings."""
+    from placer.cost.memory import memory_estimate
+
+    case = _bloom("bloom_sweep_2022-02-28_176B_tp4pp12dp8mbs2")
+    bf16 = memory_estimate(case.model, case.cluster, case.job, case.layout, case.options)
+    fp16_job = case.job.model_copy(
+        update={"optimizer": case.job.optimizer.model_copy(update={"grad_bytes": 2})})
+    fp16_options = replace(case.options, bf16_grad_copy=False, grads_reallocated=True)
+    fp16 = memory_estimate(case.model, case.cluster, fp16_job, case.layout, fp16_options)
+    params = bf16.weights_bytes / case.job.optimizer.param_bytes
+    assert bf16.worst_stage == fp16.worst_stage
+    assert abs((bf16.total_bytes - fp16.total_bytes) - 4 * params) < 0.001 * params
+
+
+def test_bloom_sweep_oom_rows_do_not_fit_and_the_rows_that_ran_do() -> None:
+    """The 2022-02-25 sweep logs TP2 PP6 DP32 (MBS 1 and 2) and TP8 PP1 DP48 as OOM on 80 GB
+    A100s; every other row of it and every later BLOOM row ran."""
+    from placer.cost.memory import memory_estimate
+
+    for case in _cases("BLOOM_REPO"):
+        mem = memory_estimate(case.model, case.cluster, case.job, case.layout, case.options)
+        assert (mem.total_bytes > mem.capacity_bytes) is case.oom, case.record_id

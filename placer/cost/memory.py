@@ -49,7 +49,9 @@ NCCL_BYTES_PER_COMMUNICATOR = 4 * 2**20 * 2 * 32
 # GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measured 15 % on average (up to 33 %) over
 # eight LLMs trained on A100 80GB with recomputation, ZeRO and offloading; it comes from the
 # irregular allocation and freeing of activations and transient buffers, so it is applied to
-# those, not to weights and optimizer state allocated once.
+# those, not to weights and optimizer state allocated once; gradients count where the optimizer
+# frees them and autograd allocates them again each step (CostOptions.grads_reallocated,
+# bf16_grad_copy).
 FRAGMENTATION_FRACTION = 0.15
 # Output logits and cross-entropy: the forward keeps 4 bytes per vocabulary entry per token (the
 # fp32 softmax or log-softmax, as in Megatron's estimator, 4*s*b*V, docs/sources.md 9.2); the
@@ -321,6 +323,12 @@ class _StageMemory:
     logits: float
     moe_buffers: float
     transient: float
+    reallocated: float = 0.0  # gradient bytes the allocator hands out again every step
+
+    @property
+    def dynamic(self) -> float:
+        """What is allocated and freed within a step (scaled by a profile's measured terms)."""
+        return self.activations + self.logits + self.moe_buffers + self.transient
 
 
 def _zero_shards(layout: Layout) -> tuple[int, int]:
@@ -373,6 +381,11 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     weights = copies * sharded(params.dense, params.expert, 3) * opt.param_bytes
     gradients = copies * sharded(params.dense, params.expert, 2) * opt.grad_bytes
     optimizer = copies * sharded(params.dense, params.expert, 1) * opt.sharded_state_bytes
+    reallocated = gradients if options.grads_reallocated else 0.0
+    if options.bf16_grad_copy:  # the stage's bf16 .grad beside the fp32 buffer (options.py)
+        copy = copies * (params.dense + params.expert) * BF16_BYTES
+        gradients += copy
+        reallocated += copy
 
     tokens = layout.micro_batch_size * job.seq_len / layout.cp  # per GPU per micro-batch
     m = layout.num_microbatches(job.global_batch_size)
@@ -435,7 +448,7 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     elif zero == 2:
         transient = layer_params * opt.grad_bytes  # a layer's gradients before reduce-scatter
     return _StageMemory(weights, gradients, optimizer, activations, logits, moe_buffers,
-                        transient)
+                        transient, reallocated)
 
 
 def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job,
@@ -508,14 +521,14 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
             continue
         seen.add(shape.kind)
         mem = _stage_memory(model, job, layout, shape, options, acts)
-        dynamic = scale * (mem.activations + mem.logits + mem.moe_buffers + mem.transient)
+        dynamic = scale * mem.dynamic
         total = (mem.weights + mem.gradients + mem.optimizer + dynamic
-                 + _fragmentation(dynamic, options))
+                 + _fragmentation(dynamic + mem.reallocated, options))
         if best is None or total > best[0]:
             best = (total, shape.stage, mem)
     assert best is not None
     _, stage, mem = best
-    dynamic = scale * (mem.activations + mem.logits + mem.moe_buffers + mem.transient)
+    dynamic = scale * mem.dynamic
     parts = {
         "weights_bytes": math.ceil(mem.weights),
         "gradients_bytes": math.ceil(mem.gradients),
@@ -524,7 +537,7 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         "logits_bytes": math.ceil(scale * mem.logits),
         "moe_buffers_bytes": math.ceil(scale * mem.moe_buffers),
         "framework_bytes": framework,
-        "fragmentation_bytes": math.ceil(_fragmentation(dynamic, options)),
+        "fragmentation_bytes": math.ceil(_fragmentation(dynamic + mem.reallocated, options)),
         "overhead_bytes": overhead,
     }
     return MemoryBreakdown(**parts, total_bytes=sum(parts.values()),

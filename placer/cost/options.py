@@ -37,6 +37,20 @@ class CostOptions:
     expandable_segments: bool = False
     """``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (torchtitan's run_train.sh, NeMo's
     performance executors): no fragmentation allowance (memory._fragmentation)."""
+    grads_reallocated: bool = False
+    """The optimizer frees the gradients at every step and autograd allocates them again in the
+    next backward, among the activations, so they count toward the fragmentation allowance:
+    DeepSpeed's ZeRO-1/2 optimizer copies each ``.grad`` into its reduce bucket or partition
+    buffer and drops it (microsoft/DeepSpeed@2151c78 deepspeed/runtime/zero/stage_1_and_2.py,
+    reduce_independent_p_g_buckets_and_remove_grads, independent_gradient_partition_epilogue
+    zero_grad). False: a persistent gradient buffer (Megatron's main_grad, DDP buckets)."""
+    bf16_grad_copy: bool = False
+    """DeepSpeed's BF16_Optimizer under its pipeline engine: beside the persistent fp32 gradient
+    buffer (counted as the gradients), the stage's bf16 ``.grad`` lives from one micro-batch's
+    backward to the next one's, which drops and reallocates it (microsoft/DeepSpeed@56c5223
+    deepspeed/runtime/bf16_optimizer.py update_hp_grads(clear_lp_grads=False),
+    runtime/pipe/engine.py _exec_backward_pass: clear_lp_grads before each backward only):
+    memory.BF16_BYTES more per parameter, counted toward the fragmentation allowance."""
     cross_entropy_impl: Literal["native", "te", "flash_attn"] = "native"
     """Fused cross-entropy kernel (Megatron --cross-entropy-fusion-impl): ``native`` Megatron's
     vocab-parallel one on fp32 logits; ``te`` Transformer Engine's, which keeps the bf16 logits and
