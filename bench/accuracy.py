@@ -621,7 +621,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
                                             or bridge_expandable_segments(record)),
-                       grads_reallocated=reallocated, bf16_grad_copy=bf16_optimizer,
+                       grads_reallocated=reallocated, deepspeed_bf16_optimizer=bf16_optimizer,
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        cp_comm_overlap=source not in ALLGATHER_CP_SOURCES,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,

@@ -70,7 +70,7 @@ def test_bloom_reads_deepspeeds_optimizer_of_each_period() -> None:
     after (bigscience@9e64ede train/tr11-176B-ml/chronicles-prequel.md 'Rebalancing layers')."""
     for case in _cases("BLOOM_REPO"):
         bf16 = "2022-02-25" not in case.record_id
-        assert case.options.bf16_grad_copy is bf16, case.record_id
+        assert case.options.deepspeed_bf16_optimizer is bf16, case.record_id
         assert case.options.grads_reallocated is not bf16, case.record_id
         assert case.job.optimizer.grad_bytes == (4 if bf16 else 2), case.record_id
 
@@ -85,7 +85,8 @@ def test_bf16_optimizer_costs_4_bytes_per_parameter_more_than_fp16_zero1() -> No
     bf16 = memory_estimate(case.model, case.cluster, case.job, case.layout, case.options)
     fp16_job = case.job.model_copy(
         update={"optimizer": case.job.optimizer.model_copy(update={"grad_bytes": 2})})
-    fp16_options = replace(case.options, bf16_grad_copy=False, grads_reallocated=True)
+    fp16_options = replace(case.options, deepspeed_bf16_optimizer=False,
+                           grads_reallocated=True)
     fp16 = memory_estimate(case.model, case.cluster, fp16_job, case.layout, fp16_options)
     params = bf16.weights_bytes / case.job.optimizer.param_bytes
     assert bf16.worst_stage == fp16.worst_stage
@@ -100,3 +101,35 @@ def test_bloom_sweep_oom_rows_do_not_fit_and_the_rows_that_ran_do() -> None:
     for case in _cases("BLOOM_REPO"):
         mem = memory_estimate(case.model, case.cluster, case.job, case.layout, case.options)
         assert (mem.total_bytes > mem.capacity_bytes) is case.oom, case.record_id
+
+
+# The 2022-02-28 BF16_Optimizer table of the BLOOM chronicle (chronicles-prequel.md 'Rebalancing
+# layers'): (hidden, layers, heads, dp, tp, pp, micro-batch, ran). Not in the calibration data.
+BLOOM_BF16_TABLE = (
+    (12288, 106, 64, 8, 4, 12, 2, True), (12288, 106, 96, 8, 4, 12, 4, True),
+    (12288, 100, 64, 16, 4, 6, 2, False), (12288, 100, 64, 16, 4, 6, 1, False),
+    (12288, 100, 64, 8, 8, 6, 2, True), (12288, 100, 64, 8, 8, 6, 4, True),
+    (13312, 82, 64, 4, 8, 12, 4, True), (13312, 82, 64, 8, 4, 12, 2, True),
+    (13312, 82, 64, 8, 4, 12, 4, True), (13312, 94, 128, 8, 4, 12, 2, True),
+    (14336, 70, 64, 4, 8, 12, 2, True), (14336, 70, 64, 8, 4, 12, 4, True))
+
+
+def test_bf16_optimizer_table_runs_fit_and_its_tp4_pp6_dp16_rows_do_not() -> None:
+    """The table's 184B TP4 PP6 DP16 rows OOM at micro-batch 2 and 1 alike: at micro-batch 1
+    only the step's bf16 all-reduce copy (DeepSpeed@56c5223 engine.py allreduce_bucket) takes
+    it past 80 GB; every other row ran. Its 206B (14336 x 82, 128 heads) TP4 PP12 DP8 OOM is
+    not explained by any buffer counted (predicted ~57 GiB) and is left out."""
+    import copy
+
+    from placer.cost.memory import memory_estimate
+
+    base = next(r for r in RECORDS if r["id"] == "bloom_sweep_2022-02-28_176B_tp4pp12dp8mbs2")
+    for hidden, layers, heads, dp, tp, pp, mbs, ran in BLOOM_BF16_TABLE:
+        record = copy.deepcopy(base)
+        record["model"].update(hidden_size=hidden, num_layers=layers, num_attention_heads=heads,
+                               total_params=None)
+        record["layout"].update(tp=tp, pp=pp, dp=dp)
+        record["batch"].update(micro_batch_size=mbs)
+        case = accuracy.case_for(record)
+        mem = memory_estimate(case.model, case.cluster, case.job, case.layout, case.options)
+        assert (mem.total_bytes <= mem.capacity_bytes) is ran, (hidden, layers, tp, pp, mbs)

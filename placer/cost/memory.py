@@ -51,7 +51,7 @@ NCCL_BYTES_PER_COMMUNICATOR = 4 * 2**20 * 2 * 32
 # irregular allocation and freeing of activations and transient buffers, so it is applied to
 # those, not to weights and optimizer state allocated once; gradients count where the optimizer
 # frees them and autograd allocates them again each step (CostOptions.grads_reallocated,
-# bf16_grad_copy).
+# deepspeed_bf16_optimizer).
 FRAGMENTATION_FRACTION = 0.15
 # Output logits and cross-entropy: the forward keeps 4 bytes per vocabulary entry per token (the
 # fp32 softmax or log-softmax, as in Megatron's estimator, 4*s*b*V, docs/sources.md 9.2); the
@@ -324,6 +324,7 @@ class _StageMemory:
     moe_buffers: float
     transient: float
     reallocated: float = 0.0  # gradient bytes the allocator hands out again every step
+    step_transient: float = 0.0  # allocated at the optimizer step, after the activations
 
     @property
     def dynamic(self) -> float:
@@ -382,10 +383,12 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     gradients = copies * sharded(params.dense, params.expert, 2) * opt.grad_bytes
     optimizer = copies * sharded(params.dense, params.expert, 1) * opt.sharded_state_bytes
     reallocated = gradients if options.grads_reallocated else 0.0
-    if options.bf16_grad_copy:  # the stage's bf16 .grad beside the fp32 buffer (options.py)
-        copy = copies * (params.dense + params.expert) * BF16_BYTES
+    step_transient = 0.0
+    if options.deepspeed_bf16_optimizer:  # options.py: the bf16 .grad, and at the step the
+        copy = copies * (params.dense + params.expert) * BF16_BYTES  # bf16 all-reduce copy
         gradients += copy
         reallocated += copy
+        step_transient = copy
 
     tokens = layout.micro_batch_size * job.seq_len / layout.cp  # per GPU per micro-batch
     m = layout.num_microbatches(job.global_batch_size)
@@ -448,7 +451,7 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     elif zero == 2:
         transient = layer_params * opt.grad_bytes  # a layer's gradients before reduce-scatter
     return _StageMemory(weights, gradients, optimizer, activations, logits, moe_buffers,
-                        transient, reallocated)
+                        transient, reallocated, step_transient)
 
 
 def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job,
@@ -486,6 +489,23 @@ def _fragmentation(dynamic_bytes: float, options: CostOptions) -> float:
     return dynamic_bytes * FRAGMENTATION_FRACTION / (1.0 - FRAGMENTATION_FRACTION)
 
 
+def _peak_moment(mem: _StageMemory, scale: float,
+                 options: CostOptions) -> tuple[float, _StageMemory]:
+    """(bytes, what is held) at the stage's peak: inside the backward, or at the optimizer step
+    where its transients (``step_transient``) hold more. The step comes after the activations
+    are freed, and the caching allocator returns its unused cached blocks to the driver before
+    failing an allocation (c10/cuda/CUDACachingAllocator.cpp, release_cached_blocks), so no
+    fragmentation allowance is added there."""
+    dynamic = scale * mem.dynamic
+    state = mem.weights + mem.gradients + mem.optimizer
+    backward = state + dynamic + _fragmentation(dynamic + mem.reallocated, options)
+    step = state + mem.step_transient
+    if step <= backward:
+        return backward, mem
+    return step, _StageMemory(mem.weights, mem.gradients + mem.step_transient, mem.optimizer,
+                              0.0, 0.0, 0.0, 0.0)
+
+
 def _communicators(layout: Layout, moe: bool) -> int:
     """Process groups a rank talks on (each holds NCCL buffers)."""
     sizes = [layout.tp, layout.pp, layout.dp_cp, layout.cp]
@@ -520,10 +540,8 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         if shape.kind in seen:
             continue
         seen.add(shape.kind)
-        mem = _stage_memory(model, job, layout, shape, options, acts)
-        dynamic = scale * mem.dynamic
-        total = (mem.weights + mem.gradients + mem.optimizer + dynamic
-                 + _fragmentation(dynamic + mem.reallocated, options))
+        total, mem = _peak_moment(_stage_memory(model, job, layout, shape, options, acts),
+                                  scale, options)
         if best is None or total > best[0]:
             best = (total, shape.stage, mem)
     assert best is not None

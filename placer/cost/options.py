@@ -44,13 +44,17 @@ class CostOptions:
     buffer and drops it (microsoft/DeepSpeed@2151c78 deepspeed/runtime/zero/stage_1_and_2.py,
     reduce_independent_p_g_buckets_and_remove_grads, independent_gradient_partition_epilogue
     zero_grad). False: a persistent gradient buffer (Megatron's main_grad, DDP buckets)."""
-    bf16_grad_copy: bool = False
-    """DeepSpeed's BF16_Optimizer under its pipeline engine: beside the persistent fp32 gradient
-    buffer (counted as the gradients), the stage's bf16 ``.grad`` lives from one micro-batch's
-    backward to the next one's, which drops and reallocates it (microsoft/DeepSpeed@56c5223
-    deepspeed/runtime/bf16_optimizer.py update_hp_grads(clear_lp_grads=False),
-    runtime/pipe/engine.py _exec_backward_pass: clear_lp_grads before each backward only):
-    memory.BF16_BYTES more per parameter, counted toward the fragmentation allowance."""
+    deepspeed_bf16_optimizer: bool = False
+    """DeepSpeed's BF16_Optimizer under its pipeline engine (ZeRO stage 0 in its config;
+    microsoft/DeepSpeed@56c5223 deepspeed/runtime/bf16_optimizer.py, runtime/pipe/engine.py,
+    runtime/engine.py). Beside the persistent fp32 gradient buffer (counted as the gradients),
+    the stage's bf16 ``.grad`` lives from one micro-batch's backward to the next one's, which
+    drops and reallocates it (update_hp_grads(clear_lp_grads=False); clear_lp_grads before each
+    backward only): memory.BF16_BYTES more per parameter, counted toward the fragmentation
+    allowance. At the step, after the activations are freed, the data-parallel all-reduce casts
+    each flat fp32 gradient group whole to the communication dtype, bf16 at ZeRO stage 0
+    (engine.py communication_data_type, allreduce_bucket; buckets of 5e8 elements group tensors
+    but never split one): another BF16_BYTES per parameter while the rest is still held."""
     cross_entropy_impl: Literal["native", "te", "flash_attn"] = "native"
     """Fused cross-entropy kernel (Megatron --cross-entropy-fusion-impl): ``native`` Megatron's
     vocab-parallel one on fp32 logits; ``te`` Transformer Engine's, which keeps the bf16 logits and
