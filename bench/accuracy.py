@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from placer.cost import Calibration, calibration_for, estimate_with
 from placer.cost.compute import forward_flops_per_token
+from placer.cost.deepspeed_optimizer import Wrapper, memory_flags, optimizer_wrapper
 from placer.cost.groups import GroupLinks, group_links
 from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
 from placer.cost.profile import FAMILY_FALLBACK
@@ -594,6 +595,22 @@ def bridge_moe_dispatch(record: dict[str, Any]) -> tuple[str | None, bool]:
     return None, False
 
 
+def deepspeed_wrapper(record: dict[str, Any]) -> Wrapper | None:
+    """DeepSpeed's optimizer wrapper for a record of its engine (placer.cost.deepspeed_optimizer,
+    the 2022 engine these runs used): BF16_Optimizer where the record names it (its ZeRO stage
+    0 config), else the stage the record states; None where the precision a stage-0 run needs
+    is not stated (MT-NLG's 'FP16/BF16')."""
+    sharding = str(record["layout"].get("dp_sharding") or "")
+    text = f"{record.get('precision') or ''} {sharding}"
+    stage = 0 if "BF16_Optimizer" in text else zero_stage(sharding)
+    first = text.lower().split()[0] if text.split() else ""
+    precision = "bf16" if "BF16_Optimizer" in text else first
+    if stage == 0 and precision not in ("fp16", "bf16"):
+        return None
+    return optimizer_wrapper(stage, precision if precision in ("fp16", "bf16") else "fp32",
+                             pipeline=int(record["layout"].get("pp") or 1) > 1, release="2022")
+
+
 def options_for(record: dict[str, Any]) -> CostOptions:
     """What the record (or its source) says about how the framework ran the layout."""
     notes = record.get("notes") or ""
@@ -611,17 +628,13 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # FlashAttention-2 (an assumption where the page does not name the backend).
     fa2 = eager or source in FA2_ATTENTION_SOURCES
     bridge_dispatcher, bridge_a2a_overlap = bridge_moe_dispatch(record)
-    # DeepSpeed's optimizers (options.py): BF16_Optimizer, which BLOOM's rows name from
-    # 2022-02-28 on, under the pipeline engine; before it the fp16 ZeRO-1 optimizer.
-    bf16_optimizer = (source in DEEPSPEED_PIPELINE_SOURCES
-                      and "BF16_Optimizer" in f"{record.get('precision')} {sharding}")
-    reallocated = deepspeed and not bf16_optimizer and zero_stage(sharding) in (1, 2)
+    wrapper = deepspeed_wrapper(record) if deepspeed else None
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
                                             or bridge_expandable_segments(record)),
-                       grads_reallocated=reallocated, deepspeed_bf16_optimizer=bf16_optimizer,
+                       **(memory_flags(wrapper) if wrapper else {}),
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,
                        cp_comm_overlap=source not in ALLGATHER_CP_SOURCES,
                        moe_load_imbalance=1.0 if "forced-balanced" in notes else 1.25,

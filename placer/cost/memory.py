@@ -10,8 +10,9 @@ fused (flash attention) by default, so the ``5as/h`` score and softmax terms are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from placer.cost import deepspeed_optimizer
 from placer.cost.options import (
     DEEPSPEED_PREFETCH_BUCKET_PARAMS,
     DEEPSPEED_REDUCE_BUCKET_PARAMS,
@@ -381,14 +382,22 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     copies = parameter_copies(layout)  # DualPipe holds two stages' parameters per rank
     weights = copies * sharded(params.dense, params.expert, 3) * opt.param_bytes
     gradients = copies * sharded(params.dense, params.expert, 2) * opt.grad_bytes
-    optimizer = copies * sharded(params.dense, params.expert, 1) * opt.sharded_state_bytes
+    # BF16_Optimizer partitions its fp32 state over the data-parallel group at any stage
+    bf16_optimizer = options.deepspeed_bf16_optimizer
+    optimizer = (copies * sharded(params.dense, params.expert, 0 if bf16_optimizer else 1)
+                 * opt.sharded_state_bytes)
     reallocated = gradients if options.grads_reallocated else 0.0
     step_transient = 0.0
-    if options.deepspeed_bf16_optimizer:  # options.py: the bf16 .grad, and at the step the
-        copy = copies * (params.dense + params.expert) * BF16_BYTES  # bf16 all-reduce copy
+    if bf16_optimizer:  # options.py: the bf16 .grad beside the buffer, and the step's copies
+        copy = copies * (params.dense + params.expert) * BF16_BYTES
         gradients += copy
         reallocated += copy
-        step_transient = copy
+        step_transient = deepspeed_optimizer.bf16_step_bytes(
+            copies * (params.dense + params.expert), copies * sharded(
+                params.dense, params.expert, 0), opt.grad_bytes)
+    if options.deepspeed_fp16_optimizer:  # the step's fp32 gradient copies (options.py)
+        step_transient = (copies * (params.dense + params.expert)
+                          * deepspeed_optimizer.FP16_STEP_BYTES_PER_PARAM)
 
     tokens = layout.micro_batch_size * job.seq_len / layout.cp  # per GPU per micro-batch
     m = layout.num_microbatches(job.global_batch_size)
@@ -520,6 +529,19 @@ def capacity_bytes(cluster: Cluster, job: Job) -> int:
     return int(gpu.capacity_bytes * (1.0 - job.memory_headroom))
 
 
+def deepspeed_engine_memory(job: Job, layout: Layout,
+                            options: CostOptions) -> tuple[Job, CostOptions]:
+    """The job and options as DeepSpeed's engine runs ``layout`` from placer's DeepSpeed config
+    (options.deepspeed_engine): its optimizer wrapper's memory flags, and gradients in the
+    accumulation dtype, bf16 (no ``data_types`` in the file; deepspeed_optimizer.py)."""
+    wrapper = deepspeed_optimizer.placer_wrapper(layout.zero_stage, layout.pp)
+    grad_bytes = deepspeed_optimizer.gradient_bytes(wrapper, "bf16")
+    if grad_bytes != job.optimizer.grad_bytes:
+        job = job.model_copy(update={"optimizer": job.optimizer.model_copy(
+            update={"grad_bytes": grad_bytes})})
+    return job, replace(options, **deepspeed_optimizer.memory_flags(wrapper))
+
+
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
                     options: CostOptions | None = None,
                     profile: LinkProfile | None = None) -> MemoryBreakdown:
@@ -528,6 +550,8 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     terms (``LinkProfile.memory``) scale the dynamic part and add their overhead."""
     if options is None:
         options = job_options(job)
+    if options.deepspeed_engine:
+        job, options = deepspeed_engine_memory(job, layout, options)
     scale, overhead = memory_terms(profile)
     framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
         layout, model.moe is not None)
@@ -563,8 +587,11 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
 
 
 def training_state_bytes(model: Model, job: Job) -> int:
-    """Weights, gradients and optimizer state of the whole model (what ZeRO-3 can shard)."""
+    """Weights, gradients and optimizer state of the whole model (what ZeRO-3 can shard), with
+    the gradient bytes DeepSpeed's ZeRO-3 accumulates in on a DeepSpeed stack."""
     opt = job.optimizer
+    if job_options(job).deepspeed_engine:
+        opt = deepspeed_engine_memory(job, Layout(zero_stage=3), job_options(job))[0].optimizer
     per_param = opt.param_bytes + opt.grad_bytes + opt.sharded_state_bytes
     return total_params(model) * per_param
 

@@ -45,16 +45,24 @@ class CostOptions:
     reduce_independent_p_g_buckets_and_remove_grads, independent_gradient_partition_epilogue
     zero_grad). False: a persistent gradient buffer (Megatron's main_grad, DDP buckets)."""
     deepspeed_bf16_optimizer: bool = False
-    """DeepSpeed's BF16_Optimizer under its pipeline engine (ZeRO stage 0 in its config;
-    microsoft/DeepSpeed@56c5223 deepspeed/runtime/bf16_optimizer.py, runtime/pipe/engine.py,
-    runtime/engine.py). Beside the persistent fp32 gradient buffer (counted as the gradients),
-    the stage's bf16 ``.grad`` lives from one micro-batch's backward to the next one's, which
-    drops and reallocates it (update_hp_grads(clear_lp_grads=False); clear_lp_grads before each
-    backward only): memory.BF16_BYTES more per parameter, counted toward the fragmentation
-    allowance. At the step, after the activations are freed, the data-parallel all-reduce casts
-    each flat fp32 gradient group whole to the communication dtype, bf16 at ZeRO stage 0
-    (engine.py communication_data_type, allreduce_bucket; buckets of 5e8 elements group tensors
-    but never split one): another BF16_BYTES per parameter while the rest is still held."""
+    """DeepSpeed's BF16_Optimizer (which configs run it: placer.cost.deepspeed_optimizer;
+    microsoft/DeepSpeed@56c5223 and deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/
+    bf16_optimizer.py, runtime/pipe/engine.py, runtime/engine.py). Beside the persistent flat
+    gradient buffer in the accumulation dtype (counted as the gradients), the stage's bf16
+    ``.grad`` lives from the backward to the step, which drops it (@56c5223 already before each
+    backward: clear_lp_grads): memory.BF16_BYTES more per parameter, counted toward the
+    fragmentation allowance. It partitions the fp32 master weights and optimizer state over the
+    data-parallel group at ZeRO stage 0 too (_setup_for_real_optimizer). At the step, after the
+    activations are freed, it allocates deepspeed_optimizer.bf16_step_bytes."""
+    deepspeed_fp16_optimizer: bool = False
+    """DeepSpeed's FP16_Optimizer (fp16, or bf16 without the pipeline engine, at ZeRO stage 0):
+    model-dtype gradients freed at every step (pair it with ``grads_reallocated``), and at the
+    step deepspeed_optimizer.FP16_STEP_BYTES_PER_PARAM of fp32 gradient copies."""
+    deepspeed_engine: bool = False
+    """The job runs DeepSpeed's engine as placer's DeepSpeed dialect configures it (the
+    deepspeed@0.19 stack): the optimizer wrapper, and with it the three flags above and the
+    gradient bytes, follow each layout's ZeRO stage and pipeline
+    (deepspeed_optimizer.placer_wrapper)."""
     cross_entropy_impl: Literal["native", "te", "flash_attn"] = "native"
     """Fused cross-entropy kernel (Megatron --cross-entropy-fusion-impl): ``native`` Megatron's
     vocab-parallel one on fp32 logits; ``te`` Transformer Engine's, which keeps the bf16 logits and

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from placer.cost.options import DEFAULT_OPTIONS, CostOptions
+from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, DEFAULT_OPTIONS, CostOptions
 from placer.spec.job import Job
 from placer.spec.runtime import LAUNCH_EXPANDABLE_SEGMENTS
 from placer.spec.stack import Stack, load_stack
@@ -32,6 +32,10 @@ def options_for(job: Job, stack: Stack | None,
                        # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
                        fused_kernels=stack.defaults.fused_kernels,
                        attention_kernel=stack.defaults.attention_kernel)
+    if stack is not None and stack.framework == "deepspeed":
+        # DeepSpeed's optimizer wrapper per layout (placer.cost.deepspeed_optimizer) and its
+        # ZeRO-3 fetch limit (options.DEEPSPEED_MAX_LIVE_PARAMS)
+        updates.update(deepspeed_engine=True, zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS)
     if runtime.moe_dispatcher is not None:
         updates["moe_dispatcher"] = runtime.moe_dispatcher
     if runtime.moe_grouped_gemm is not None:

@@ -1,0 +1,150 @@
+"""DeepSpeed's optimizer wrapper per config (placer.cost.deepspeed_optimizer) against DeepSpeed's
+own selection, and what each wrapper costs in memory on placer's DeepSpeed plans, by hand."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from helpers_frameworks import need, run_worker
+
+from placer.cost import memory_estimate
+from placer.cost.deepspeed_optimizer import (
+    FP16_STEP_BYTES_PER_PARAM,
+    Wrapper,
+    bf16_step_bytes,
+    optimizer_wrapper,
+    placer_wrapper,
+)
+from placer.cost.memory import FRAGMENTATION_FRACTION
+from placer.cost.stack_options import job_options
+from placer.spec import Job, Layout, Model
+from placer.spec.presets import cluster_preset
+from placer.spec.runtime import Runtime
+
+# DeepSpeed's wrapper constants (deepspeed/runtime/constants.py: ZERO_OPTIMIZATION, BFLOAT16,
+# FP16, DDP_BFLOAT16; None: the client optimizer) as the class _configure_optimizer builds.
+CONSTANTS = {"bf16": "BF16_Optimizer", "fp16": "FP16_Optimizer", "ddp_bf16": "FP16_Optimizer",
+             None: "client"}
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def _config(stage: int, precision: str, accumulation: str | None,
+            offload: bool) -> dict[str, object]:
+    config: dict[str, object] = {"train_micro_batch_size_per_gpu": 1,
+                                 "zero_optimization": {"stage": stage}}
+    if precision != "fp32":
+        config[precision] = {"enabled": True}
+    if accumulation is not None:
+        config["data_types"] = {"grad_accum_dtype": accumulation}
+    if offload:
+        config["zero_optimization"] = {"stage": stage, "offload_optimizer": {"device": "cpu"}}
+    return config
+
+
+@pytest.mark.slow
+def test_wrapper_rule_is_deepspeeds_own_selection(tmp_path: Path) -> None:
+    """Every ZeRO stage x precision x accumulation dtype x pipeline (and CPU offload at the one
+    stage where it matters): DeepSpeed's _do_optimizer_sanity_check picks the same wrapper, or
+    refuses the same mixes."""
+    version = need("deepspeed")
+    grid = [(stage, precision, accumulation, pipeline, False)
+            for stage, precision, accumulation, pipeline in itertools.product(
+                range(4), PRECISIONS, (None, *PRECISIONS), (False, True))]
+    grid += [(1, "bf16", "fp32", False, True), (2, "bf16", "fp32", False, True)]
+    manifest = [{"id": str(i), "config": _config(s, p, a, o), "pipeline": pipe}
+                for i, (s, p, a, pipe, o) in enumerate(grid)]
+    results = run_worker("deepspeed_optimizer_select.py", [], manifest, tmp_path)
+    for i, (stage, precision, accumulation, pipeline, offload) in enumerate(grid):
+        got = results[str(i)]
+        case = (stage, precision, accumulation, pipeline, offload)
+        try:
+            ours: Wrapper | None = optimizer_wrapper(stage, precision, pipeline,  # type: ignore[arg-type]
+                                                     accumulation, offload)  # type: ignore[arg-type]
+        except ValueError:
+            ours = None
+        if "error" in got:
+            assert ours is None and "unsupported mix" in got["error"], (case, got)
+            continue
+        assert got["zero_stage"] == stage, case
+        theirs = ({1: "DeepSpeedZeroOptimizer", 2: "DeepSpeedZeroOptimizer"}.get(
+            stage, "DeepSpeedZeroOptimizer_Stage3") if got["wrapper"] == "zero_optimization"
+            else CONSTANTS[got["wrapper"]])
+        assert ours == theirs, (case, got, version)
+
+
+def test_bigscience_engine_picks_by_stage_then_precision() -> None:
+    """DeepSpeed@56c5223 engine.py _configure_optimizer: ZeRO at stage >= 1, else fp16's
+    FP16_Optimizer, else bf16's BF16_Optimizer, pipeline or not."""
+    for pipeline in (False, True):
+        assert optimizer_wrapper(1, "fp16", pipeline, release="2022") == "DeepSpeedZeroOptimizer"
+        assert optimizer_wrapper(0, "bf16", pipeline, release="2022") == "BF16_Optimizer"
+        assert optimizer_wrapper(0, "fp16", pipeline, release="2022") == "FP16_Optimizer"
+
+
+def test_placers_deepspeed_json_runs_these_wrappers() -> None:
+    """placer.dialects.deepspeed writes bf16 on, the layout's stage and no data_types."""
+    assert placer_wrapper(0, 4) == "BF16_Optimizer"
+    assert placer_wrapper(0, 1) == "FP16_Optimizer"  # DeepSpeed's DDP_BFLOAT16
+    assert placer_wrapper(1, 4) == placer_wrapper(2, 1) == "DeepSpeedZeroOptimizer"
+    assert placer_wrapper(3, 1) == "DeepSpeedZeroOptimizer_Stage3"
+
+
+def test_bf16_step_copies_by_hand() -> None:
+    """fp32 accumulation: the all-reduce's bf16 cast of every gradient (2 B each); bf16
+    accumulation: the rank's fp32 partition (4 B each of params / dp)."""
+    assert bf16_step_bytes(1e9, 1e9 / 8, 4) == 2e9
+    assert bf16_step_bytes(1e9, 1e9 / 8, 2) == 4e9 / 8
+
+
+SMALL = Model(name="small", num_layers=8, hidden_size=1024, num_attention_heads=8,
+              vocab_size=32000, ffn_hidden_size=4096)
+
+
+def _estimate(layout: Layout, stack: str | None) -> tuple[float, dict[str, float]]:
+    """(parameters of the worst stage, its breakdown) with fragmentation allowed for."""
+    job = Job(seq_len=256, global_batch_size=layout.dp * 8, stack=stack,
+              runtime=Runtime(expandable_segments=False))
+    mem = memory_estimate(SMALL, cluster_preset("dgx-h100").with_nodes(2), job, layout)
+    params = mem.weights_bytes / job.optimizer.param_bytes
+    return params, mem.model_dump()
+
+
+def test_deepspeed_plan_at_stage_0_under_pipelining_is_bf16_optimizer_memory() -> None:
+    """BF16_Optimizer with bf16 accumulation: the bf16 buffer and the bf16 .grad (2 + 2 B a
+    parameter), fp32 master weights and Adam moments over the 8 data-parallel ranks (12 / 8),
+    against Megatron's persistent fp32 gradients and unsharded state at ZeRO 0 (4 and 12)."""
+    layout = Layout(pp=2, dp=8)
+    assert job_options(Job(seq_len=256, global_batch_size=64,
+                           stack="deepspeed@0.19")).deepspeed_engine
+    params, ds = _estimate(layout, "deepspeed@0.19")
+    _, megatron = _estimate(layout, None)
+    assert ds["gradients_bytes"] == pytest.approx(4 * params, rel=1e-9)
+    assert ds["optimizer_bytes"] == pytest.approx(12 * params / 8, rel=1e-9)
+    assert megatron["gradients_bytes"] == pytest.approx(4 * params, rel=1e-9)
+    assert megatron["optimizer_bytes"] == pytest.approx(12 * params, rel=1e-9)
+    # the bf16 .grad is handed out again every step: counted toward the fragmentation allowance
+    dynamic = ds["activations_bytes"] + ds["logits_bytes"] + ds["moe_buffers_bytes"]
+    share = FRAGMENTATION_FRACTION / (1 - FRAGMENTATION_FRACTION)
+    assert ds["fragmentation_bytes"] == pytest.approx((dynamic + 2 * params) * share, rel=1e-6)
+
+
+def test_deepspeed_plan_at_zero_1_reallocates_bf16_gradients() -> None:
+    """DeepSpeedZeroOptimizer stage 1: model-dtype .grad (2 B) dropped into its buckets."""
+    params, ds = _estimate(Layout(pp=2, dp=8, zero_stage=1), "deepspeed@0.19")
+    assert ds["gradients_bytes"] == pytest.approx(2 * params, rel=1e-9)
+    assert ds["optimizer_bytes"] == pytest.approx(12 * params / 8, rel=1e-9)
+    dynamic = ds["activations_bytes"] + ds["logits_bytes"] + ds["moe_buffers_bytes"]
+    share = FRAGMENTATION_FRACTION / (1 - FRAGMENTATION_FRACTION)
+    assert ds["fragmentation_bytes"] == pytest.approx((dynamic + 2 * params) * share, rel=1e-6)
+
+
+def test_deepspeed_plan_at_stage_0_without_pipelining_peaks_at_fp16_optimizer_step() -> None:
+    """FP16_Optimizer (DDP_BFLOAT16): at the step the bf16 .grad (2 B), the fp32 casts and their
+    flat copy (8 B) beside weights and unsharded state (2 + 12 B); the activations are gone."""
+    params, ds = _estimate(Layout(dp=16), "deepspeed@0.19")
+    assert ds["gradients_bytes"] == pytest.approx((2 + FP16_STEP_BYTES_PER_PARAM) * params,
+                                                  rel=1e-9)
+    assert ds["activations_bytes"] == 0 and ds["fragmentation_bytes"] == 0
+    assert ds["optimizer_bytes"] == pytest.approx(12 * params, rel=1e-9)
