@@ -16,10 +16,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_frameworks import Case, example_cases, megatron_bridge_src, need, run_worker
+import yaml
+from helpers_frameworks import (
+    Case,
+    example_cases,
+    megatron_bridge_src,
+    missing,
+    need,
+    run_worker,
+)
+from helpers_launch import candidate, plan, small_cluster
 
 from placer.cost.stack_options import job_options
 from placer.dialects import megatron
+from placer.launch import launch_bundle
+from placer.spec import Job, Layout
+from placer.spec.presets import model_preset
+from placer.spec.runtime import Runtime
 
 # Each starts the framework in its own venv over every example candidate (tests/conftest.py).
 pytestmark = pytest.mark.slow
@@ -113,3 +126,106 @@ def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
           "RankGenerator's groups identical to rankmap.json; Megatron-Bridge 0.3.1 field "
           f"names checked for {bridge_checked}")
     assert same > 0
+
+
+# Bridge 0.3.1's own dependencies for the YAML path (its METADATA: hydra-core >1.3,<=1.3.2,
+# omegaconf >=2.3.0; regex for training/tokenizers, which training/config.py imports).
+BRIDGE_YAML_PACKAGES = ("hydra-core", "omegaconf", "regex")
+
+
+def bridge_applies(cases: list[Case], tmp_path: Path) -> None:
+    """Megatron-Bridge 0.3.1's own YAML path (tests/frameworks/bridge_apply.py:
+    process_config_with_overrides, then runtime_config_update) runs every candidate's
+    megatron_bridge_overrides.yaml against a recipe whose comm_overlap is None and one with a
+    CommOverlapConfig carrying a tuned userbuffers config: no error; every key the file sets is
+    on a section of the container (a dataclass, never the plain dict a mapping becomes on a None
+    field) with the file's value after the merge and after the run's setup; the overlaps the run
+    is left with are the file's."""
+    need("megatron-core")
+    for package in BRIDGE_YAML_PACKAGES:
+        need(package)
+    bridge_src = megatron_bridge_src()
+    if bridge_src is None:
+        missing("no Megatron-Bridge source (.ci/run unpacks it in .venv-frameworks/"
+                "megatron-bridge)")
+    written = [c for c in cases if "megatron_bridge_overrides.yaml" in c.written]
+    assert written, "no candidate has a Megatron-Bridge file"
+    manifest = [{"id": c.id, "dir": str(c.folder), "model": _model(c),
+                 "world_size": c.layout.num_gpus} for c in written]
+    results = run_worker("bridge_apply.py", [], manifest, tmp_path,
+                         env={"PLACER_MEGATRON_BRIDGE_SRC": str(bridge_src)})
+    assert sorted(results) == sorted(c.id for c in written)
+    for case in written:
+        doc = yaml.safe_load((case.folder / "megatron_bridge_overrides.yaml").read_text())
+        for recipe in ("none", "userbuffers"):
+            got = results[case.id][recipe]
+            where = f"{case.id}, recipe with comm_overlap {recipe}"
+            assert "error" not in got, f"{where}: {got['error']}\n{got['where']}"
+            assert not [w for w in got["warnings"] if "Skipping" in w or "instantiate" in w], (
+                where, got["warnings"])
+            for stage in ("merged", "final"):
+                held = got[stage]
+                wrong = {}
+                for section, keys in doc.items():
+                    if not isinstance(keys, dict):  # a named mixed-precision recipe
+                        want = keys if stage == "merged" else "<MixedPrecisionConfig>"
+                        if held[section] != want:
+                            wrong[section] = (want, held[section])
+                        continue
+                    if held[f"{section}:type"] == "dict":
+                        wrong[section] = "a plain dict, not the section's dataclass"
+                    want_keys = dict(keys)
+                    if section == "model" and stage == "final":
+                        # megatron-core derives it from pipeline_model_parallel_layout, which
+                        # placer writes with it null: the run's must be the plan's.
+                        want_keys["virtual_pipeline_model_parallel_size"] = (
+                            case.layout.vpp if case.layout.vpp > 1 else None)
+                    wrong.update({f"{section}.{k}": (v, held[f"{section}.{k}"])
+                                  for k, v in want_keys.items()
+                                  if k != "_target_" and held[f"{section}.{k}"] != v})
+                assert wrong == {}, f"{where}, {stage}: written -> held {wrong}"
+            overlap = doc["comm_overlap"]
+            assert got["effective"] == {
+                "model.tp_comm_overlap": overlap["tp_comm_overlap"],
+                "model.overlap_moe_expert_parallel_comm":
+                    overlap["overlap_moe_expert_parallel_comm"],
+                "ddp.overlap_grad_reduce": doc["ddp"]["overlap_grad_reduce"],
+                "ddp.overlap_param_gather": doc["ddp"]["overlap_param_gather"]}, where
+    print(f"Megatron-Bridge 0.3.1: {len(written)} overrides files merged and set up on both "
+          "kinds of recipe")
+
+
+def overlap_cases(root: Path) -> list[Case]:
+    """Two candidates whose jobs overlap TP and expert communication (no example does): Llama-3
+    8B TP2 PP2 VPP2 with SP (TP overlap, so Bridge's setup() takes the userbuffers-config
+    branch) and Mixtral-8x7B TP2 EP2 (the expert all-to-all overlap, which setup() asserts the
+    model's dispatcher, precision and recomputation for)."""
+    out = []
+    for name, model, layout, overlaps in (
+            ("tp-overlap", "llama3-8b", Layout(tp=2, pp=2, vpp=2, dp=4, zero_stage=1,
+                                                sequence_parallel=True),
+             ("tp", "dp_grad", "param_gather")),
+            ("ep-overlap", "mixtral-8x7b", Layout(tp=2, dp=8, ep=2, zero_stage=1,
+                                                   sequence_parallel=True),
+             ("tp", "dp_grad", "param_gather", "ep"))):
+        job = Job(name=name, seq_len=4096, global_batch_size=64, runtime=Runtime(overlaps=overlaps))
+        m, cluster = model_preset(model), small_cluster(2, 8)
+        p = plan(m, cluster, [candidate(m, cluster, job, layout)], job=job)
+        folder = root / name
+        folder.mkdir()
+        files, refused = launch_bundle(p, 0)
+        for f in files:
+            (folder / f.name).write_text(f.text)
+        out.append(Case(name, p, 0, folder, tuple(f.name for f in files),
+                        tuple(r.line() for r in refused)))
+    return out
+
+
+def test_bridge_runs_the_overrides_on_recipes_with_and_without_comm_overlap(
+        cases: list[Case], tmp_path: Path) -> None:
+    extra = overlap_cases(tmp_path)
+    for case in extra:
+        doc = yaml.safe_load((case.folder / "megatron_bridge_overrides.yaml").read_text())
+        assert doc["comm_overlap"]["tp_comm_overlap"], case.id
+    assert doc["comm_overlap"]["overlap_moe_expert_parallel_comm"]
+    bridge_applies(cases + extra, tmp_path)

@@ -391,8 +391,13 @@ def test_bridge_overrides_carry_the_runtime() -> None:
     text = _files(_plan(Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True), job=job))[
         "megatron_bridge_overrides.yaml"]
     doc = yaml.safe_load(text)
-    assert doc["comm_overlap"] == {"tp_comm_overlap": True, "overlap_grad_reduce": True,
-                                   "overlap_param_gather": True,
-                                   "overlap_moe_expert_parallel_comm": False}
+    # Instantiated by Bridge from its _target_ (a recipe's comm_overlap may be None), with TE's
+    # default userbuffers config (tests/test_launch_accept_megatron.py runs Bridge on both).
+    assert doc["comm_overlap"] == {
+        "_target_": "megatron.bridge.training.comm_overlap.CommOverlapConfig",
+        "tp_comm_overlap_cfg": None, "tp_comm_overlap": True, "overlap_grad_reduce": True,
+        "overlap_param_gather": True, "overlap_moe_expert_parallel_comm": False}
     assert doc["ddp"]["overlap_grad_reduce"] and doc["ddp"]["overlap_param_gather"]
-    assert "keeps grad_reduce_in_fp32: true" in _unwrapped(text)
+    notes = _unwrapped(text)
+    assert "keeps grad_reduce_in_fp32: true" in notes
+    assert "tp_comm_overlap_cfg: null is Transformer Engine's default userbuffers" in notes

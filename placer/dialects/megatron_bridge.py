@@ -37,7 +37,8 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     return out
 
 
-def overrides(placed: Placed) -> dict[str, object]:
+def overrides(placed: Placed, runtime: dict[str, object]) -> dict[str, object]:
+    """The ConfigContainer sections, with ``runtime`` (``megatron.runtime_settings``)."""
     layout, plan = placed.layout, placed.plan
     model: dict[str, object] = {
         "tensor_model_parallel_size": layout.tp,
@@ -92,33 +93,56 @@ def overrides(placed: Placed) -> dict[str, object]:
     if fsdp:
         out["checkpoint"] = {"ckpt_format": megatron.FSDP_CKPT_FORMAT}
         model["gradient_accumulation_fusion"] = False
-    runtime = megatron.runtime_settings(placed)[0]
     if "moe_token_dispatcher_type" in runtime:
         model["moe_token_dispatcher_type"] = runtime["moe_token_dispatcher_type"]
     # The overlaps go both into ddp / model (megatron-core's DistributedDataParallelConfig and
     # TransformerConfig fields) and into comm_overlap (Bridge 0.3.1 training/comm_overlap.py
     # CommOverlapConfig L381-395, whose setup() rewrites ddp's and the model's overlap fields
-    # from the user's values when a recipe has the section: config.py L1870-1872).
+    # from the user's values: config.py runtime_config_update L1870-1872).
     overlap = {key: bool(runtime.get(key)) for key in _COMM_OVERLAP}
     out["ddp"].update(overlap_grad_reduce=overlap["overlap_grad_reduce"],  # type: ignore[union-attr]
                       overlap_param_gather=overlap["overlap_param_gather"])
     if plan.model.moe is not None:
         model["overlap_moe_expert_parallel_comm"] = overlap["overlap_moe_expert_parallel_comm"]
-    out["comm_overlap"] = overlap
+    out["comm_overlap"] = {"_target_": COMM_OVERLAP_TARGET, "tp_comm_overlap_cfg": None,
+                           **overlap}
     return out
 
 
 # CommOverlapConfig fields placer sets (tp_comm_overlap has no default there, so it is written).
 _COMM_OVERLAP = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
                  "overlap_moe_expert_parallel_comm")
+# How Bridge 0.3.1 merges the file (docs/sources.md 6.4; training/utils/omegaconf_utils.py
+# process_config_with_overrides): the recipe's dataclasses become plain dicts, the YAML is
+# OmegaConf-merged into them, and _apply_overrides walks the result: into a section that is a
+# dataclass it recurses, but a mapping for a field that is None -- recipes/common.py
+# _pretrain_common sets comm_overlap=None, and the Qwen2/3, Qwen3-MoE, GPT-OSS, Gemma and GLM-4.5
+# recipes set none -- is set as the plain dict, on which config.py L1373 (set_data_parallel_size)
+# fails. A mapping with _target_ is built by utils/instantiate_utils.py instantiate instead, on
+# either kind of recipe, from the merged keys: a recipe's own CommOverlapConfig fields are kept, but
+# its tp_comm_overlap_cfg (a TransformerLayerTPOverlapCfg, e.g. Llama 3 70B's userbuffers config,
+# llama3.py L737-740) arrives as a plain dict, which setup() refuses with TP overlap on
+# (dataclasses.asdict, comm_overlap.py L591). So the file sets it to null: Transformer Engine's
+# default userbuffers config, as Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg.
+COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+COMM_OVERLAP_NOTE = ("comm_overlap has a _target_, so Megatron-Bridge builds a CommOverlapConfig "
+                     "from it whether or not the recipe has one (without it, a recipe whose "
+                     "comm_overlap is None gets a plain dict and fails).")
+TUNED_UB_NOTE = ("tp_comm_overlap_cfg: null is Transformer Engine's default userbuffers config "
+                 "(a recipe's tuned one would arrive as a plain dict, which CommOverlapConfig."
+                 "setup() refuses); to keep a tuned one, set cfg.comm_overlap.tp_comm_overlap_cfg "
+                 "in the recipe script after the merge.")
 
 
-def recipe_notes(placed: Placed) -> list[str]:
-    """What the named mixed-precision recipe overrides: its setup() writes grad_reduce_in_fp32
-    (default True) and fp8_param_gather (default False) into ddp and the model (Bridge 0.3.1
-    training/mixed_precision.py L42, L56, L100-122), so a job priced with bf16 gradient reduction
-    or FP8 weights needs a recipe that sets them."""
-    runtime, notes = megatron.runtime_settings(placed)
+def recipe_notes(runtime: dict[str, object]) -> list[str]:
+    """How comm_overlap is written (COMM_OVERLAP_TARGET), and what the named mixed-precision
+    recipe overrides: its setup() writes grad_reduce_in_fp32 (default True) and fp8_param_gather
+    (default False) into ddp and the model (Bridge 0.3.1 training/mixed_precision.py L42, L56,
+    L100-122), so a job priced with bf16 gradient reduction or FP8 weights needs a recipe that
+    sets them. ``runtime`` is ``megatron.runtime_settings``'s."""
+    notes = [COMM_OVERLAP_NOTE]
+    if runtime.get("tp_comm_overlap"):
+        notes.append(TUNED_UB_NOTE)
     if runtime.get("grad_reduce_in_bf16"):
         notes.append("The estimate reduces gradients in bf16, but the mixed_precision recipe "
                      "below keeps grad_reduce_in_fp32: true: use a recipe with "
@@ -130,7 +154,7 @@ def recipe_notes(placed: Placed) -> list[str]:
     return notes
 
 
-def render_yaml(placed: Placed, notes: list[str]) -> str:
-    body = yaml.safe_dump(overrides(placed), sort_keys=False, default_flow_style=False,
-                          width=100)
+def render_yaml(doc: dict[str, object], notes: list[str]) -> str:
+    """``overrides``' sections under the notes, as comment lines."""
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
     return "".join(f"# {n}\n" if n else "#\n" for n in notes) + body

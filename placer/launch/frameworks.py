@@ -75,8 +75,9 @@ def render_bridge_yaml(placement: PlacedCandidate,
     uneven = megatron.uneven_note(placement)
     if uneven:
         notes.append(uneven)
-    notes += megatron_bridge.recipe_notes(placement)
-    return megatron_bridge.render_yaml(placement, [
+    runtime, runtime_notes = megatron.runtime_settings(placement)
+    notes += runtime_notes + megatron_bridge.recipe_notes(runtime)
+    return megatron_bridge.render_yaml(megatron_bridge.overrides(placement, runtime), [
         line.removeprefix("# ").removeprefix("#") for line in comment_block(notes)])
 
 

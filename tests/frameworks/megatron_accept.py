@@ -228,7 +228,8 @@ def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"doc": doc}
     mla = bool(doc["model"].get("multi_latent_attention"))
     if src is not None:
-        out["unknown"] = {sec: sorted(set(keys) - _bridge_fields(src, sec, mla))
+        # _target_ names the class Bridge instantiates (bridge_apply.py runs it), not a field.
+        out["unknown"] = {sec: sorted(set(keys) - {"_target_"} - _bridge_fields(src, sec, mla))
                           for sec, keys in doc.items() if isinstance(keys, dict)}
         recipes = (src / "megatron/bridge/training/mixed_precision.py").read_text()
         if f"def {doc.get('mixed_precision')}()" not in recipes:
