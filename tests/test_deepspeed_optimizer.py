@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from helpers_check import DATA, only, run_check
 from helpers_frameworks import need, run_worker
 
 from placer.cost import memory_estimate
@@ -148,3 +149,63 @@ def test_deepspeed_plan_at_stage_0_without_pipelining_peaks_at_fp16_optimizer_st
                                                   rel=1e-9)
     assert ds["activations_bytes"] == 0 and ds["fragmentation_bytes"] == 0
     assert ds["optimizer_bytes"] == pytest.approx(12 * params, rel=1e-9)
+
+
+# ----- placer check of DeepSpeed configs ---------------------------------------------------------
+
+def _ds_config(tmp_path: Path, **extra: object) -> Path:
+    import json
+
+    data = json.loads((DATA / "ds_zero3_llama3_8b.json").read_text())
+    data.update(extra)
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def test_check_names_deepspeeds_refusal_of_bf16_with_fp32_accumulation_at_stage_0() -> None:
+    found = only(run_check("ds_bf16_fp32_accum_stage0.json", model="llama3-8b", seq_len=4096),
+                 "framework-refuses")
+    assert "unsupported mix" in found.message and found.severity == "error"
+
+
+def test_check_prices_fp16_optimizer_step_at_stage_0(tmp_path: Path) -> None:
+    """bf16 at stage 0 without the pipeline engine runs FP16_Optimizer: at its step the bf16
+    .grad (2 B) and the fp32 casts with their flat copy (8 B) beside 2-byte weights and 12
+    bytes of unsharded state: gradients 5x and optimizer 6x the weights in the message."""
+    import re
+
+    config = _ds_config(tmp_path, zero_optimization={"stage": 0})
+    report = run_check(config, model="llama3-8b", seq_len=4096)
+    assert any("FP16_Optimizer" in n for n in report.configs[0].notes)
+    found = only(report, "memory-over-capacity")
+    parts = {k: float(v) for k, v in re.findall(r"(\w+) (\d+\.\d)", found.message)}
+    assert parts["gradients"] / parts["weights"] == pytest.approx(5, rel=0.01)
+    assert parts["optimizer"] / parts["weights"] == pytest.approx(6, rel=0.01)
+
+
+def test_check_reads_bf16_optimizer_from_fp32_accumulation_at_stage_1() -> None:
+    """ZeRO stage 1 + bf16 + data_types fp32: BF16_Optimizer, 4-byte gradients."""
+    from placer.check.parse_deepspeed import parse_deepspeed
+
+    data = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "fp32"}}
+    parsed = parse_deepspeed(Path("ds.json"), data, "{}")
+    assert parsed.settings.deepspeed_optimizer == "BF16_Optimizer"
+    assert not parsed.settings.grad_reduce_bf16 and not parsed.problems
+    data["bf16"] = {"enabled": "auto"}  # the HF Trainer's: left to the launcher
+    assert parse_deepspeed(Path("ds.json"), data, "{}").settings.deepspeed_optimizer is None
+
+
+def test_check_megatron_deepspeed_without_pipeline_is_not_bf16_optimizer() -> None:
+    """--no-pipeline-parallel: no PipelineModule, so bf16 at stage 0 is FP16_Optimizer and its
+    optimizer state is not sharded (not checked as ZeRO-1)."""
+    from placer.check.parse_megatron import parse_megatron
+
+    script = ("deepspeed --num_gpus 8 pretrain_gpt.py --deepspeed --bf16 --zero-stage 0 "
+              "--deepspeed_config ds.json --tensor-model-parallel-size 2 {} "
+              "--num-layers 24 --hidden-size 2048 --num-attention-heads 16\n")
+    piped = parse_megatron(Path("ds.sh"), script.format("")).settings
+    plain = parse_megatron(Path("ds.sh"), script.format("--no-pipeline-parallel")).settings
+    assert (piped.deepspeed_optimizer, piped.zero_stage) == ("BF16_Optimizer", 1)
+    assert (plain.deepspeed_optimizer, plain.zero_stage) == ("FP16_Optimizer", 0)

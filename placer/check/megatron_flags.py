@@ -49,6 +49,7 @@ _READ_ONLY_BOOL_FLAGS = {
     "fp8-e4m3": "fp8",
     megatron_deepspeed.ENABLE_FLAG: "deepspeed",
     "bf16": "bf16",
+    "fp16": "fp16",
     "no-pipeline-parallel": "no_pipeline_parallel",
     "optimizer-cpu-offload": "optimizer_offload",
     "cpu-optimizer": "optimizer_offload",
@@ -66,7 +67,7 @@ PARALLEL_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "layers_per_virtual_stage
                  "nproc_per_node")
 MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads")
 # keys a launcher or precision flag sets: on their own they are no parallel settings
-LAUNCH_ONLY_KEYS = ("nnodes", "nproc_per_node", "standalone", "bf16", "deepspeed_config",
+LAUNCH_ONLY_KEYS = ("nnodes", "nproc_per_node", "standalone", "bf16", "fp16", "deepspeed_config",
                     "world")
 SHARDING_ZERO = megatron.SHARDING_ZERO
 # Commands whose arguments are text, not a launch (echo "--tp 8" launches nothing).

@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.parsed import ParsedConfig, Settings
+from placer.cost.deepspeed_optimizer import (
+    Precision,
+    gradient_bytes,
+    optimizer_wrapper,
+)
 from placer.dialects import deepspeed
 from placer.errors import PlacerError
 
@@ -41,6 +46,53 @@ def _number(value: Any, key: str, path: Path) -> int | None:
     return value
 
 
+# DeepSpeed's dtype spellings (deepspeed/runtime/config_utils.py DtypeEnum) for
+# data_types.grad_accum_dtype.
+DTYPE_NAMES: dict[str, Precision] = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16"}
+
+
+def _enabled(data: dict[str, Any], *keys: str) -> bool | None:
+    """``{"bf16": {"enabled": true}}``: True / False, None for the HF Trainer's "auto"."""
+    for key in keys:
+        section = data.get(key)
+        if isinstance(section, dict) and "enabled" in section:
+            value = section["enabled"]
+            return None if value == "auto" else bool(value)
+    return False
+
+
+def read_optimizer_wrapper(parsed: ParsedConfig, s: Settings, stage: int,
+                           precision: Precision | None, pipeline: bool,
+                           accumulation: str | None = None, cpu_offload: bool = False) -> None:
+    """Which optimizer wrapper DeepSpeed 0.19 runs for the config (placer.cost.
+    deepspeed_optimizer), set on ``s`` with its gradient bytes and told in a note; DeepSpeed's
+    refusal as an error."""
+    if precision is None:
+        parsed.notes.append("DeepSpeed precision \"auto\": the optimizer wrapper is the "
+                            "launcher's; memory priced with fp32 main gradients")
+        return
+    dtype = DTYPE_NAMES.get(str(accumulation).lower()) if accumulation is not None else None
+    if accumulation is not None and dtype is None:
+        parsed.problems.append(("framework-refuses", "grad_accum_dtype",
+                                f"data_types.grad_accum_dtype = {accumulation!r} is not a "
+                                f"dtype DeepSpeed knows ({', '.join(DTYPE_NAMES)})"))
+        return
+    try:
+        wrapper = optimizer_wrapper(stage, precision, pipeline, dtype, cpu_offload)
+    except ValueError as exc:
+        parsed.problems.append(("framework-refuses", "zero_stage", str(exc)))
+        return
+    s.deepspeed_optimizer = wrapper
+    grad_bytes = gradient_bytes(wrapper, precision, dtype)
+    s.grad_reduce_bf16 = grad_bytes == 2
+    parsed.notes.append(f"DeepSpeed 0.19 runs {wrapper} (ZeRO stage {stage}, {precision}"
+                        f"{', pipeline engine' if pipeline else ''}; engine.py "
+                        f"_do_optimizer_sanity_check): {grad_bytes}-byte gradients")
+
+
 def parse_deepspeed(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     where = json_key_lines(text)
     parsed = ParsedConfig(path=str(path), kind="deepspeed", order=DEEPSPEED_ORDER)
@@ -62,6 +114,16 @@ def parse_deepspeed(path: Path, data: dict[str, Any], text: str) -> ParsedConfig
     total = _number(data.get("train_batch_size"), "train_batch_size", path)
     parsed.settings = Settings(tp=tp or 1, zero_stage=stage, micro_batch_size=micro or None)
     parsed.global_batch_size = total
+    bf16, fp16 = _enabled(data, "bf16", "bfloat16"), _enabled(data, "fp16")
+    precision: Precision | None = ("bf16" if bf16 else "fp16" if fp16 else
+                                   None if bf16 is None or fp16 is None else "fp32")
+    offload = zero.get("offload_optimizer")
+    data_types = data.get("data_types")
+    # DeepSpeed keeps the pipeline in the model code (PipelineModule): a JSON alone is pp 1.
+    read_optimizer_wrapper(
+        parsed, parsed.settings, stage, precision, pipeline=False,
+        accumulation=data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None,
+        cpu_offload=isinstance(offload, dict) and offload.get("device") == "cpu")
     for key, name in (("autotp_size", "tp"), ("tp_size", "tp"), ("stage", "zero_stage"),
                       ("train_micro_batch_size_per_gpu", "micro_batch_size"),
                       ("train_batch_size", "global_batch_size")):

@@ -28,6 +28,7 @@ from placer.check.megatron_flags import (
     SHARDING_ZERO,
     all_flags,
 )
+from placer.check.parse_deepspeed import read_optimizer_wrapper
 from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.check.shell import UNKNOWN_MARK, Array, Scalar, Script, ShellSyntaxError, Word, evaluate
 from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
@@ -275,15 +276,6 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
     zero = 3 if "fsdp" in flags else 1 if "distributed_optimizer" in flags else 0
     zero = ints.get("zero_stage", zero)
     s.zero_stage = SHARDING_ZERO.get(choices.get("sharding_strategy") or "", zero)
-    if (s.zero_stage == 0 and {"deepspeed", "bf16"} <= flags
-            and parsed.kind == "megatron-deepspeed"):
-        # DeepSpeed's bf16 optimizer under ZeRO stage 0 shards the fp32 master weights and
-        # optimizer state over the data-parallel group itself (deepspeed/runtime/
-        # bf16_optimizer.py; BigScience tr11: "bf16 must use z0! it implements its own zero
-        # stage 1 equivalent"), so it is checked as ZeRO-1.
-        s.zero_stage = 1
-        parsed.notes.append("DeepSpeed bf16 with ZeRO stage 0: its BF16_Optimizer shards the "
-                            "optimizer state like ZeRO-1; checked as zero=1")
     s.offload_layers = ints.get("offload_layers", 0)
     s.embedding_in_split = "embedding_in_split" in flags
     s.loss_in_split = "loss_in_split" in flags
@@ -294,6 +286,18 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
     s.fp8_param_gather = "fp8_param_gather" in flags and s.precision == "fp8"
     s.grad_reduce_bf16 = "grad_reduce_bf16" in flags
     s.optimizer_offload = "optimizer_offload" in flags
+    if parsed.kind == "megatron-deepspeed" and "deepspeed" in flags:
+        # Megatron-DeepSpeed builds a PipelineModule unless --no-pipeline-parallel.
+        read_optimizer_wrapper(parsed, s, s.zero_stage,
+                               "bf16" if "bf16" in flags else "fp16" if "fp16" in flags
+                               else "fp32", pipeline="no_pipeline_parallel" not in flags)
+        if s.deepspeed_optimizer == "BF16_Optimizer" and s.zero_stage == 0:
+            # BF16_Optimizer partitions the fp32 master weights and optimizer state over the
+            # data-parallel group itself (BigScience tr11: "bf16 must use z0! it implements
+            # its own zero stage 1 equivalent"), so it is checked as ZeRO-1.
+            s.zero_stage = 1
+            parsed.notes.append("its BF16_Optimizer shards the optimizer state like ZeRO-1; "
+                                "checked as zero=1")
     # Megatron's --cross-entropy-fusion-impl (native, te) picks the kernel of
     # --cross-entropy-loss-fusion; without the fusion flag the unfused vocab-parallel loss runs.
     if "cross_entropy_fusion" in flags and choices.get("cross_entropy_impl") == "te":

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
+from placer.cost.deepspeed_optimizer import Wrapper
 from placer.dims import DEFAULT_ORDER
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -74,6 +75,10 @@ class Settings:
     fp8_param_gather: bool = False
     grad_reduce_bf16: bool = False
     optimizer_offload: bool = False
+    deepspeed_optimizer: Wrapper | None = None
+    """The optimizer wrapper DeepSpeed's engine runs for the config (placer.cost.
+    deepspeed_optimizer); its memory flags price the check's memory. None: not DeepSpeed, or
+    its precision is left to the launcher ("auto")."""
     cross_entropy_impl: Literal["native", "te"] = "native"
     """Megatron's fused cross-entropy kernel (--cross-entropy-loss-fusion with
     --cross-entropy-fusion-impl te keeps the bf16 logits: memory.TE_LOSS_PEAK_BYTES_PER_ENTRY)."""

@@ -13,13 +13,15 @@ Order of decisions (each documented in the notes of the config's summary):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placer.check.findings import ConfigSummary, Finding
 from placer.check.parsed import LAYOUT_KEYS, WORLD_KEYS, ParsedConfig, PlanCandidate
 from placer.check.rules import Placed, finding, group_findings
 from placer.check.world import node_inputs
 from placer.cost import memory_estimate
+from placer.cost.deepspeed_optimizer import memory_flags
+from placer.cost.stack_options import job_options
 from placer.dims import DENSE_DIMS
 from placer.errors import PlacerError
 from placer.mesh import MeshGrid, order_text, torchrun_numbering
@@ -470,11 +472,15 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
     """An error when the predicted peak exceeds the GPU's memory; a warning when it only eats
     into the job's headroom (the margin placer keeps for what the estimate misses)."""
     assert ctx.model is not None
-    memory = memory_estimate(ctx.model, ctx.cluster, job, layout, profile=ctx.profile)
+    options = job_options(job)
+    wrapper = ctx.parsed.settings.deepspeed_optimizer
+    if wrapper is not None:  # how DeepSpeed's optimizer wrapper holds gradients and state
+        options = replace(options, **memory_flags(wrapper))
+    memory = memory_estimate(ctx.model, ctx.cluster, job, layout, options, profile=ctx.profile)
     if memory.total_bytes <= memory.capacity_bytes:
         return []
     physical = memory_estimate(ctx.model, ctx.cluster, job.model_copy(
-        update={"memory_headroom": 0.0}), layout).capacity_bytes
+        update={"memory_headroom": 0.0}), layout, options).capacity_bytes
     parts = {"weights": memory.weights_bytes, "gradients": memory.gradients_bytes,
              "optimizer": memory.optimizer_bytes, "activations": memory.activations_bytes}
     biggest = ", ".join(f"{name} {value / GIB:.1f}" for name, value in

@@ -42,6 +42,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "cluster's nodes"),
     Rule("degrees-model", "error",
          "degrees do not divide the model or batch (heads, layers, experts, sequence, batch)"),
+    Rule("framework-refuses", "error",
+         "the framework refuses this combination of settings when it starts (its check named)"),
     Rule("memory-over-capacity", "error",
          "predicted peak memory of the worst pipeline stage exceeds usable GPU memory"),
     Rule("rank-map-torchrun", "error",
