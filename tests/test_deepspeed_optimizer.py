@@ -15,6 +15,8 @@ from placer.cost.deepspeed_optimizer import (
     FP16_STEP_BYTES_PER_PARAM,
     Wrapper,
     bf16_step_bytes,
+    gradient_bytes,
+    memory_flags,
     optimizer_wrapper,
     placer_wrapper,
 )
@@ -73,6 +75,58 @@ def test_wrapper_rule_is_deepspeeds_own_selection(tmp_path: Path) -> None:
             stage, "DeepSpeedZeroOptimizer_Stage3") if got["wrapper"] == "zero_optimization"
             else CONSTANTS[got["wrapper"]])
         assert ours == theirs, (case, got, version)
+
+
+# placer's deepspeed.json at each ZeRO stage, under the pipeline engine or not, and the one
+# config that reaches BF16_Optimizer through fp32 accumulation: (id, config, pipeline).
+ENGINE_CASES = (
+    ("z0-pipe", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}, True),
+    ("z0", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}, False),
+    ("z1", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}, False),
+    ("z2", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}, False),
+    ("z1-fp32", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+                 "data_types": {"grad_accum_dtype": "fp32"}}, False),
+)
+ENGINE_PARAMS, ENGINE_WORLD = 8192, 4  # tests/frameworks/deepspeed_optimizer_memory.py
+DTYPES = {"float32": 4, "bfloat16": 2}
+
+
+@pytest.mark.slow
+def test_wrappers_hold_what_memory_prices_on_a_real_engine(tmp_path: Path) -> None:
+    """deepspeed.initialize on CPU (4 data-parallel ranks, 8192 parameters, torch Adam): the
+    wrapper is the rule's; BF16_Optimizer holds the fp32 master partition (1/4) and an
+    unsharded flat gradient buffer of the accumulation dtype (2 B placer's way, 4 B with fp32
+    accumulation), and its bf16 .grad is freed at the step (reallocated); ZeRO-1/2 drop .grad
+    in the backward and hold an fp32 partition; FP16_Optimizer's .grad is freed at the step.
+    torch Adam is no FusedAdam, so DeepSpeed builds FP16_UnfusedOptimizer (priced as the fused
+    one, an upper bound)."""
+    need("deepspeed")
+    manifest = [{"id": i, "config": c, "pipeline": p} for i, c, p in ENGINE_CASES]
+    env = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": str(ENGINE_WORLD),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    results = run_worker("deepspeed_optimizer_memory.py", [], manifest, tmp_path, env=env)
+    for case_id, config, pipeline in ENGINE_CASES:
+        got = results[case_id]
+        assert "error" not in got, got["error"]
+        accumulation = config.get("data_types", {}).get("grad_accum_dtype")  # type: ignore[attr-defined]
+        stage = config["zero_optimization"]["stage"]  # type: ignore[index]
+        ours = optimizer_wrapper(stage, "bf16", pipeline, accumulation)
+        flags = memory_flags(ours)
+        assert got["wrapper"].replace("Unfused", "") == ours, (case_id, got["wrapper"])
+        assert got["after_step"] == [None, None], case_id  # freed at the step: reallocated
+        buffers = got["buffers"]
+        if ours == "BF16_Optimizer":
+            assert buffers["fp32_groups_flat_partition"] == [[ENGINE_PARAMS // ENGINE_WORLD,
+                                                             "float32"]], case_id
+            (numel, dtype), = buffers["fp32_groups_gradients_flat"]
+            assert numel == ENGINE_PARAMS, case_id
+            assert DTYPES[dtype] == gradient_bytes(ours, "bf16", accumulation), case_id
+        elif ours == "DeepSpeedZeroOptimizer":
+            assert got["after_backward"] == [None, None] and flags["grads_reallocated"]
+            assert buffers["single_partition_of_fp32_groups"] == [
+                [ENGINE_PARAMS // ENGINE_WORLD, "float32"]], case_id
+        else:
+            assert got["after_backward"] == ["torch.bfloat16"] * 2 and flags["grads_reallocated"]
 
 
 def test_bigscience_engine_picks_by_stage_then_precision() -> None:
