@@ -263,3 +263,17 @@ def test_check_megatron_deepspeed_without_pipeline_is_not_bf16_optimizer() -> No
     plain = parse_megatron(Path("ds.sh"), script.format("--no-pipeline-parallel")).settings
     assert (piped.deepspeed_optimizer, piped.zero_stage) == ("BF16_Optimizer", 1)
     assert (plain.deepspeed_optimizer, plain.zero_stage) == ("FP16_Optimizer", 0)
+
+
+def test_check_reads_zero3_live_parameter_limit() -> None:
+    """stage3_max_live_parameters (DeepSpeed's default 1e9 when absent) prices ZeRO-3's fetch."""
+    import json
+
+    from placer.check.parse_deepspeed import parse_deepspeed
+
+    data = json.loads((DATA / "ds_zero3_llama3_8b.json").read_text())
+    assert parse_deepspeed(Path("ds.json"), data, "{}").settings.zero3_max_live_params == 1e9
+    data["zero_optimization"]["stage3_max_live_parameters"] = 3e7
+    parsed = parse_deepspeed(Path("ds.json"), data, "{}")
+    assert parsed.settings.zero3_max_live_params == 3e7
+    assert parsed.settings.deepspeed_optimizer == "DeepSpeedZeroOptimizer_Stage3"

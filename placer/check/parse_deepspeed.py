@@ -17,6 +17,7 @@ from placer.cost.deepspeed_optimizer import (
     gradient_bytes,
     optimizer_wrapper,
 )
+from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS
 from placer.dialects import deepspeed
 from placer.errors import PlacerError
 
@@ -118,6 +119,11 @@ def parse_deepspeed(path: Path, data: dict[str, Any], text: str) -> ParsedConfig
     precision: Precision | None = ("bf16" if bf16 else "fp16" if fp16 else
                                    None if bf16 is None or fp16 is None else "fp32")
     offload = zero.get("offload_optimizer")
+    if stage == 3:  # DeepSpeed's per-submodule fetch limit (deepspeed/runtime/zero/config.py)
+        live = zero.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMS)
+        parsed.settings.zero3_max_live_params = (
+            float(live) if isinstance(live, int | float) and not isinstance(live, bool)
+            and live > 0 else DEEPSPEED_MAX_LIVE_PARAMS)
     data_types = data.get("data_types")
     # DeepSpeed keeps the pipeline in the model code (PipelineModule): a JSON alone is pp 1.
     read_optimizer_wrapper(

@@ -79,6 +79,8 @@ class Settings:
     """The optimizer wrapper DeepSpeed's engine runs for the config (placer.cost.
     deepspeed_optimizer); its memory flags price the check's memory. None: not DeepSpeed, or
     its precision is left to the launcher ("auto")."""
+    zero3_max_live_params: float | None = None
+    """DeepSpeed ZeRO-3's ``stage3_max_live_parameters`` (CostOptions.zero3_max_live_params)."""
     cross_entropy_impl: Literal["native", "te"] = "native"
     """Megatron's fused cross-entropy kernel (--cross-entropy-loss-fusion with
     --cross-entropy-fusion-impl te keeps the bf16 logits: memory.TE_LOSS_PEAK_BYTES_PER_ENTRY)."""

@@ -476,6 +476,9 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
     wrapper = ctx.parsed.settings.deepspeed_optimizer
     if wrapper is not None:  # how DeepSpeed's optimizer wrapper holds gradients and state
         options = replace(options, **memory_flags(wrapper))
+    live = ctx.parsed.settings.zero3_max_live_params
+    if live is not None:
+        options = replace(options, zero3_max_live_params=live)
     memory = memory_estimate(ctx.model, ctx.cluster, job, layout, options, profile=ctx.profile)
     if memory.total_bytes <= memory.capacity_bytes:
         return []
