@@ -34,7 +34,7 @@ from placer.cost.compute import (
 )
 from placer.cost.dispatch import dispatch_message, rdma_message
 from placer.cost.groups import GroupLinks, group_links, representative_groups
-from placer.cost.memory import memory_estimate
+from placer.cost.memory import deepspeed_engine_memory, memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
 from placer.cost.pipeline import bubble_s
@@ -208,6 +208,8 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                   replicas: GroupLink | None = None) -> Estimate:
     """``estimate`` with the group links and hardware constants already resolved; with HSDP
     ``links[DP_CP]`` is the shard group and ``replicas`` the replica group (``_hsdp_links``)."""
+    if options.deepspeed_engine:  # gradients in the dtype DeepSpeed reduces them in (bf16)
+        job = deepspeed_engine_memory(job, layout, options)[0]
     imb = options.routed_imbalance if model.moe is not None else 1.0
     ledger = _Ledger()
     m = max(1, layout.num_microbatches(job.global_batch_size))
