@@ -277,3 +277,21 @@ def test_check_reads_zero3_live_parameter_limit() -> None:
     parsed = parse_deepspeed(Path("ds.json"), data, "{}")
     assert parsed.settings.zero3_max_live_params == 3e7
     assert parsed.settings.deepspeed_optimizer == "DeepSpeedZeroOptimizer_Stage3"
+
+
+def test_deepspeed_stack_reduces_gradients_in_bf16() -> None:
+    """DeepSpeed 0.19's communication dtype follows bf16.enabled (engine.py
+    communication_data_type): the ZeRO-1 gradient reduce-scatter moves as many bytes as the
+    bf16 parameter all-gather, against twice as many for Megatron's fp32 main gradients."""
+    from placer.cost import estimate
+
+    cluster, layout = cluster_preset("dgx-h100").with_nodes(2), Layout(dp=16, zero_stage=1)
+
+    def sizes(stack: str | None) -> dict[str, int]:
+        est = estimate(SMALL, cluster, Job(seq_len=256, global_batch_size=128, stack=stack),
+                       layout)
+        return {c.collective: c.message_bytes for c in est.collectives if c.dimension == "dp"}
+
+    ds, megatron = sizes("deepspeed@0.19"), sizes(None)
+    assert ds["reduce_scatter"] == ds["all_gather"] == megatron["all_gather"]
+    assert megatron["reduce_scatter"] == 2 * megatron["all_gather"]

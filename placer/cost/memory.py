@@ -533,7 +533,8 @@ def deepspeed_engine_memory(job: Job, layout: Layout,
                             options: CostOptions) -> tuple[Job, CostOptions]:
     """The job and options as DeepSpeed's engine runs ``layout`` from placer's DeepSpeed config
     (options.deepspeed_engine): its optimizer wrapper's memory flags, and gradients in the
-    accumulation dtype, bf16 (no ``data_types`` in the file; deepspeed_optimizer.py)."""
+    accumulation dtype, bf16 (no ``data_types`` in the file; deepspeed_optimizer.py), which is
+    also the dtype DeepSpeed reduces them in (step.estimate_with)."""
     wrapper = deepspeed_optimizer.placer_wrapper(layout.zero_stage, layout.pp)
     grad_bytes = deepspeed_optimizer.gradient_bytes(wrapper, "bf16")
     if grad_bytes != job.optimizer.grad_bytes:
