@@ -208,8 +208,8 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                   replicas: GroupLink | None = None) -> Estimate:
     """``estimate`` with the group links and hardware constants already resolved; with HSDP
     ``links[DP_CP]`` is the shard group and ``replicas`` the replica group (``_hsdp_links``)."""
-    if options.deepspeed_engine:  # gradients in the dtype DeepSpeed reduces them in (bf16)
-        job = deepspeed_engine_memory(job, layout, options)[0]
+    if options.deepspeed_engine:  # DeepSpeed's optimizer wrapper for this layout, gradients
+        job, options = deepspeed_engine_memory(job, layout, options)  # in the dtype it reduces
     imb = options.routed_imbalance if model.moe is not None else 1.0
     ledger = _Ledger()
     m = max(1, layout.num_microbatches(job.global_batch_size))
@@ -282,10 +282,13 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     bubble = _bubble(layout, stage_times)
     p2p = _pp_p2p(model, layout, links, calib, tokens, m, ledger, options.p2p_overlap)
     dp_overlap = options.dp_comm_overlap and (layout.pp == 1 or options.dp_overlap_under_pp)
+    # DeepSpeed's BF16_Optimizer shards its fp32 state over DP at ZeRO stage 0 too (options.py)
+    state_sharded = options.deepspeed_bf16_optimizer
     dp_exposed = _dp_exposed(model, layout, job, links, calib, shapes, stage_times, ledger,
-                             dp_overlap, replicas, options.param_gather_overlap)
+                             dp_overlap, replicas, options.param_gather_overlap, state_sharded)
     params = stage_params(model, layout, worst_shape)
-    sharded = layout.effective_zero_stage >= 1  # the optimizer steps its shard only
+    # the optimizer steps its shard only
+    sharded = layout.effective_zero_stage >= 1 or state_sharded
     dense_shard = layout.zero_group if sharded else 1
     expert_shard = layout.expert_zero_group if sharded else 1
     optimizer_s = optimizer_step_time(params.dense / dense_shard + params.expert / expert_shard,
@@ -646,7 +649,7 @@ def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
 def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib: Calibration,
                 shapes: list[StageShape], stage_times: list[_StageTime], ledger: _Ledger,
                 overlap: bool, replicas: GroupLink | None = None,
-                gather_overlap: bool = True) -> float:
+                gather_overlap: bool = True, state_sharded: bool = False) -> float:
     """Gradient reduction (and the distributed optimizer's parameter gather) not hidden.
 
     Gradients are reduced in buckets while the last micro-batch's backward runs; stage s ends
@@ -656,7 +659,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     Without overlap (``overlap=False``) all of it is exposed; without ``gather_overlap``
     (Megatron without --overlap-param-gather) the parameter gather is. With HSDP the shards'
     gradients are also all-reduced over the ``replicas`` group (1/dp_shard of them each),
-    bucketed with the reduce-scatter.
+    bucketed with the reduce-scatter. ``state_sharded`` (DeepSpeed's BF16_Optimizer) all-gathers
+    the updated parameters after the step at ZeRO stage 0 too (bf16_optimizer.py step,
+    update_lp_params: all_gather_dp_groups), beside its gradient all-reduce.
     """
     zero = layout.effective_zero_stage
     dense_group, expert_group = layout.dp_cp, layout.expert_dp
@@ -688,7 +693,7 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         if key not in memo:
             memo[key] = ([] if per_microbatch_zero3 else
                          _dp_parts(params.dense, params.expert, links, calib, opt, zero, bucket,
-                                   per_step_zero3))
+                                   per_step_zero3, state_sharded))
             if replicas is not None and zero >= 1:
                 grad_bytes = params.dense * opt.grad_bytes / layout.zero_group
                 one = coll.all_reduce(replicas, grad_bytes, calib)
@@ -715,7 +720,8 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
 
 
 def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration,
-              opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool) -> list[_Call]:
+              opt: Optimizer, zero: int, bucket: float, per_step_zero3: bool,
+              state_sharded: bool = False) -> list[_Call]:
     """The once-per-step collectives of one stage, dense (dp_cp) then expert (edp) gradients.
 
     Ring collectives at the node's aggregate network bandwidth; ZeRO-3 under pipelining is
@@ -734,7 +740,7 @@ def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration
             one = coll.reduce_scatter(link, grad_bytes, calib)
             parts.append(_Call("reduce_scatter", group, link, grad_bytes, one,
                                last_bucket=fraction))
-        if zero >= 1:
+        if zero >= 1 or state_sharded:
             param_bytes = share * opt.param_bytes
             one = coll.all_gather(link, param_bytes, calib)
             parts.append(_Call("all_gather", group, link, param_bytes, one, last_bucket=fraction))
