@@ -295,3 +295,21 @@ def test_deepspeed_stack_reduces_gradients_in_bf16() -> None:
     ds, megatron = sizes("deepspeed@0.19"), sizes(None)
     assert ds["reduce_scatter"] == ds["all_gather"] == megatron["all_gather"]
     assert megatron["reduce_scatter"] == 2 * megatron["all_gather"]
+
+
+def test_bf16_optimizer_at_stage_0_all_reduces_and_gathers_back() -> None:
+    """BF16_Optimizer (ZeRO 0 under the pipeline engine): the bf16 gradient all-reduce, then
+    the updated bf16 parameters all-gathered over DP (bf16_optimizer.py update_lp_params);
+    Megatron's ZeRO 0 all-reduces fp32 main gradients and gathers nothing."""
+    from placer.cost import estimate
+
+    cluster, layout = cluster_preset("dgx-h100").with_nodes(2), Layout(pp=2, dp=8)
+
+    def calls(stack: str | None) -> dict[str, int]:
+        est = estimate(SMALL, cluster, Job(seq_len=256, global_batch_size=128, stack=stack),
+                       layout)
+        return {c.collective: c.message_bytes for c in est.collectives if c.dimension == "dp"}
+
+    ds, megatron = calls("deepspeed@0.19"), calls(None)
+    assert set(ds) == {"all_reduce", "all_gather"} and ds["all_gather"] == ds["all_reduce"]
+    assert set(megatron) == {"all_reduce"} and megatron["all_reduce"] == 2 * ds["all_reduce"]
