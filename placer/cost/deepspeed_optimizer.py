@@ -32,8 +32,12 @@ What each wrapper keeps (the memory mechanisms of placer.cost.memory):
   ``deepspeed_fp16_optimizer``. That is the fused wrapper, built for a FusedAdam optimizer
   (engine.py _configure_fp16_optimizer); FP16_UnfusedOptimizer's per-parameter casts hold less,
   so it is priced as an upper bound.
-- ``DeepSpeedZeroOptimizer_Stage3`` and the plain optimizer: ZeRO-3's own fetch limits
-  (options.zero3_max_live_params), persistent gradients.
+- ``DeepSpeedZeroOptimizer_Stage3``: ZeRO-3's own fetch and bucket limits
+  (options.zero3_max_live_params) with its partitioned gradients; the plain optimizer:
+  persistent gradients.
+
+tests/test_deepspeed_optimizer.py runs DeepSpeed's own selection over every stage, precision,
+accumulation dtype and pipeline setting, and measures these buffers on a real engine on CPU.
 """
 
 from __future__ import annotations
