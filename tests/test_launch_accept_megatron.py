@@ -151,7 +151,8 @@ def bridge_applies(cases: list[Case], tmp_path: Path) -> None:
     written = [c for c in cases if "megatron_bridge_overrides.yaml" in c.written]
     assert written, "no candidate has a Megatron-Bridge file"
     manifest = [{"id": c.id, "dir": str(c.folder), "model": _model(c),
-                 "world_size": c.layout.num_gpus} for c in written]
+                 "world_size": c.layout.num_gpus,
+                 "gpu": c.plan.cluster.node_types[0].gpu.name} for c in written]
     results = run_worker("bridge_apply.py", [], manifest, tmp_path,
                          env={"PLACER_MEGATRON_BRIDGE_SRC": str(bridge_src)})
     assert sorted(results) == sorted(c.id for c in written)

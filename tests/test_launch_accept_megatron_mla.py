@@ -4,8 +4,9 @@ Every candidate of the DeepSeek-V3 plan (helpers_mla) goes through tests/framewo
 megatron_accept.py: its flags, parsed with Megatron-LM core_v0.16.1's names and defaults, select
 ``MLATransformerConfig`` as arguments.py's ``core_transformer_config_from_args`` does (L1311)
 and megatron-core 0.16.1's ``__post_init__`` checks run on them; the Bridge overrides' model
-section likewise (field names checked against Bridge 0.3.1's MLAModelProvider). The config's
-shapes must be DeepSeek-V3's config.json figures, by hand: 1536, 512, 128, 64, 128.
+section likewise (field names checked against Bridge 0.3.1's MLAModelProvider, and Bridge's own
+YAML merge and setup run on them: bridge_applies). The config's shapes must be DeepSeek-V3's
+config.json figures, by hand: 1536, 512, 128, 64, 128.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers_frameworks import megatron_bridge_src, need, run_worker
+from helpers_frameworks import Case, megatron_bridge_src, need, run_worker
 from helpers_mla import mla_plan
+from test_launch_accept_megatron import bridge_applies
 
 from placer.launch import launch_bundle
 
@@ -37,7 +39,7 @@ def test_megatron_core_builds_deepseek_v3_latent_attention(tmp_path: Path) -> No
              "num_kv_heads": m.num_attention_heads, "gated_mlp": m.gated_mlp,
              "expert_ffn_hidden_size": m.moe.expert_ffn_hidden_size,
              "num_experts": m.moe.num_experts, "top_k": m.moe.top_k}
-    manifest = []
+    manifest, cases = [], []
     for index, candidate in enumerate(plan.candidates):
         folder = tmp_path / f"c{index}"
         folder.mkdir()
@@ -47,6 +49,7 @@ def test_megatron_core_builds_deepseek_v3_latent_attention(tmp_path: Path) -> No
             (folder / f.name).write_text(f.text)
         manifest.append({"id": str(index), "dir": str(folder), "model": model,
                          "world_size": candidate.layout.num_gpus})
+        cases.append(Case(str(index), plan, index, folder, tuple(f.name for f in files), ()))
     bridge_src = megatron_bridge_src()
     if bridge_src is None and os.environ.get("CI") == "true":
         pytest.fail("Megatron-Bridge source missing under CI=true")
@@ -65,3 +68,5 @@ def test_megatron_core_builds_deepseek_v3_latent_attention(tmp_path: Path) -> No
             assert bridge["unknown"] == {}, f"{case_id}: not Bridge fields {bridge['unknown']}"
     print(f"megatron-core {version}: {len(results)} DeepSeek-V3 candidates build "
           "MLATransformerConfig with DeepSeek-V3's shapes")
+    # Bridge's own merge and setup keep them on an MLAModelProvider (q_lora_rank included).
+    bridge_applies(cases, tmp_path)

@@ -6,7 +6,8 @@ the module over every recipe in placer/spec/presets/recipes; ``placer launch``'s
 written for each #1, and the framework acceptance checks of tests/test_launch_accept_*.py run on
 them, one worker process per framework over all #1s: megatron-core 0.16.1 (TransformerConfig,
 DistributedDataParallelConfig, RankGenerator against rankmap.json) with Megatron-Bridge 0.3.1's
-field names, torchtitan 0.3.0 (ConfigManager, ParallelDims, its own pipeline split) and 0.2.x
+field names, Megatron-Bridge 0.3.1's own YAML merge and runtime setup (tests/frameworks/
+bridge_apply.py), torchtitan 0.3.0 (ConfigManager, ParallelDims, its own pipeline split) and 0.2.x
 (TOML), DeepSpeed 0.19.8 (DeepSpeedConfig with and without an mpu) and the Kubeflow Training
 SDK's PyTorchJob. The recipe stack's own launch dialect must have written its file for #1.
 """
@@ -33,6 +34,7 @@ from test_launch_accept_kubeflow import (
 from test_launch_accept_kubeflow import (
     test_kubeflow_sdk_reads_every_pytorchjob as kubeflow_accepts,
 )
+from test_launch_accept_megatron import bridge_applies
 from test_launch_accept_megatron import (
     test_megatron_core_accepts_the_flags_and_builds_the_plans_groups as megatron_accepts,
 )
@@ -105,6 +107,12 @@ def test_megatron_core_and_bridge_accept_every_first_pick(cases: list[Case],
             assert any(line.startswith("megatron_args.sh not written: ")
                        for line in case.refused), case.id
     megatron_accepts(written, tmp_path)  # the megatron-core recipes' #1s are all among them
+
+
+def test_megatron_bridge_runs_every_first_picks_overrides(cases: list[Case],
+                                                         tmp_path: Path) -> None:
+    """Bridge 0.3.1's own merge and setup, on recipes with and without a comm_overlap."""
+    bridge_applies(cases, tmp_path)
 
 
 def test_torchtitan_03_accepts_every_first_pick(cases: list[Case], tmp_path: Path) -> None:

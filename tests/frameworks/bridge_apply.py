@@ -1,15 +1,15 @@
 """Megatron-Bridge 0.3.1 merges placer's megatron_bridge_overrides.yaml into a recipe and runs it.
 
-``python bridge_apply.py MANIFEST.json``; each case ``{"id", "dir", "model": {...},
-"world_size"}`` as megatron_accept.py's. Bridge's YAML path, as its own scripts run it
-(NVIDIA-NeMo/Megatron-Bridge@3865df2 tutorials/recipes/llama/02_pretrain_with_yaml.py): a
-recipe function builds a ``ConfigContainer``, ``process_config_with_overrides(config,
-config_filepath=...)`` (training/utils/omegaconf_utils.py) merges the file into it, and
-``pretrain()`` calls ``runtime_config_update`` (training/config.py L1843-1875: the named
-mixed-precision recipe, the data-parallel size, ``CommOverlapConfig.finalize()/setup()``, then
-``ConfigContainer.validate()``, which finalizes every section, megatron-core's
-``TransformerConfig.__post_init__`` checks included). Both run here, from Bridge's own source,
-on each case's file against two recipes:
+``python bridge_apply.py MANIFEST.json``; each case ``{"id", "dir", "model": {...}, "world_size",
+"gpu"}``: megatron_accept.py's, and the placer name of the plan's GPU. Bridge's YAML path, as its
+own scripts run it (NVIDIA-NeMo/Megatron-Bridge@3865df2
+tutorials/recipes/llama/02_pretrain_with_yaml.py): a recipe function builds a ``ConfigContainer``,
+``process_config_with_overrides(config, config_filepath=...)`` (training/utils/omegaconf_utils.py)
+merges the file into it, and ``pretrain()`` calls ``runtime_config_update`` (training/config.py
+L1843-1875: the named mixed-precision recipe, the data-parallel size,
+``CommOverlapConfig.finalize()/setup()``, then ``ConfigContainer.validate()``, which finalizes
+every section, megatron-core's ``TransformerConfig.__post_init__`` checks included). Both run here,
+from Bridge's own source, on each case's file against two recipes:
 
 * ``none``: recipes/common.py ``_pretrain_common()`` itself (``comm_overlap=None``,
   ``mixed_precision="bf16_mixed"``; the Qwen2/3, Qwen3-MoE, GPT-OSS, Gemma and GLM-4.5 recipes
@@ -30,7 +30,11 @@ two classes training/ imports from it. recipes/common.py imports peft/lora.py, w
 transformer_engine (a CUDA build) at import time and is used only by the SFT/PEFT recipes: the
 file's other imports and ``_pretrain_common`` are compiled from it. ``comm_overlap.HAVE_TE`` is
 set True (the GPU machines Bridge runs on have Transformer Engine; without it setup() turns TP
-overlap off with a warning and never reaches the tuned-config branch).
+overlap off with a warning and never reaches the tuned-config branch); and, as in
+megatron_accept.py, the Transformer Engine version megatron-core asks for MoE with FP8
+(``_stub_te_version``). With the flex dispatcher, ``validate()`` asks the GPU's properties
+(training/flex_dispatcher_backend.py L72-84: DeepEP on compute capability 8.x/9.x, B200, B300):
+``torch.cuda.get_device_properties`` answers for the plan's GPU (``DEVICES``).
 """
 
 from __future__ import annotations
@@ -49,7 +53,14 @@ import types
 from pathlib import Path
 from typing import Any
 
+from megatron_accept import _stub_te_version
+
 RECIPES = ("none", "userbuffers")
+# placer GPU name prefix -> (compute capability major, minor, the name torch reports): NVIDIA's
+# CUDA GPU list (developer.nvidia.com/cuda-gpus: H100/H200 9.0, A100 8.0, B200/GB200 10.0).
+DEVICES = {"H100": (9, 0, "NVIDIA H100 80GB HBM3"), "H200": (9, 0, "NVIDIA H200"),
+           "A100": (8, 0, "NVIDIA A100-SXM4-80GB"), "B200": (10, 0, "NVIDIA B200"),
+           "GB200": (10, 0, "NVIDIA GB200")}
 ABSENT = "<absent>"  # a key the container's section does not have
 
 
@@ -155,6 +166,25 @@ def _read(cfg: Any, doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _device(gpu: str) -> Any:
+    """``torch.cuda.get_device_properties`` as on ``gpu`` (unknown GPUs: unchanged)."""
+    import torch
+
+    found = [v for k, v in DEVICES.items() if gpu.startswith(k)]
+    if not found:
+        yield
+        return
+    major, minor, name = found[0]
+    real = torch.cuda.get_device_properties
+    torch.cuda.get_device_properties = lambda *_: types.SimpleNamespace(  # type: ignore[assignment]
+        major=major, minor=minor, name=name)
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_properties = real
+
+
 def apply(bridge: dict[str, Any], case: dict[str, Any], recipe: str) -> dict[str, Any]:
     import yaml
 
@@ -171,7 +201,8 @@ def apply(bridge: dict[str, Any], case: dict[str, Any], recipe: str) -> dict[str
                                                                     config_filepath=str(path))
             out["merged"] = _read(cfg, doc)
             os.environ["WORLD_SIZE"] = str(case["world_size"])
-            bridge["config"].runtime_config_update(cfg)
+            with _device(case["gpu"]):
+                bridge["config"].runtime_config_update(cfg)
         except Exception as exc:  # noqa: BLE001 -- any failure is the finding
             out["error"] = f"{type(exc).__name__}: {exc}"
             out["where"] = traceback.format_exc(limit=-3)
@@ -190,6 +221,7 @@ def apply(bridge: dict[str, Any], case: dict[str, Any], recipe: str) -> dict[str
 
 def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
+    _stub_te_version()
     src = Path(os.environ["PLACER_MEGATRON_BRIDGE_SRC"])
     bridge = load_bridge(src)
     for case in json.loads(Path(sys.argv[1]).read_text()):
