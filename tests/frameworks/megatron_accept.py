@@ -15,12 +15,12 @@ Transformer Engine version MoE FP8 configs ask for (``_stub_te_version``).
 megatron_bridge_overrides.yaml (Megatron-Bridge 0.3.1 ConfigContainer sections): its ``model``
 section goes into megatron-core's ``TransformerConfig`` (Bridge's ``GPTModelProvider`` is one)
 and its ``ddp`` section into ``DistributedDataParallelConfig``, so megatron-core checks them.
-Bridge itself cannot be imported on a CPU-only machine (``megatron.bridge.training.config``
-imports transformer_engine, a CUDA build), so every field name is checked against the
-dataclass fields Bridge's source declares (``$PLACER_MEGATRON_BRIDGE_SRC``, the unpacked wheel,
-read with ``ast``) and megatron-core's classes they extend. For the same reason the named
-mixed-precision recipe is applied as Bridge's mixed_precision.py L172-182 writes it (bf16,
-params_dtype and pipeline_dtype bfloat16), the one value taken from Bridge's source by hand.
+Here every field name is checked against the dataclass fields Bridge's source declares
+(``$PLACER_MEGATRON_BRIDGE_SRC``, the unpacked wheel, read with ``ast``) and megatron-core's
+classes they extend, and the named mixed-precision recipe is applied as Bridge's
+mixed_precision.py L172-182 writes it (bf16, params_dtype and pipeline_dtype bfloat16). Bridge's
+own YAML merge and setup, loaded from its source files (its package ``__init__`` imports
+transformers and its LoRA module transformer_engine), run in bridge_apply.py.
 """
 
 from __future__ import annotations
