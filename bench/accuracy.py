@@ -818,6 +818,8 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
             gemm = gemm.model_copy(update=per_family)
         factor = values.get("elementwise_traffic_factor", calib.elementwise_traffic_factor)
         overlap = values.get("overlap_efficiency", calib.overlap_efficiency)
+        tp_overlap = values.get("tp_overlap_efficiency", calib.tp_overlap_efficiency)
+        zero_overlap = values.get("zero_overlap_efficiency", calib.zero_overlap_efficiency)
         dispatch = values.get("moe_dispatch_s_per_routed_token",
                               calib.moe_dispatch_s_per_routed_token)
         half_keys = values.get("attention_half_keys", calib.attention_half_keys)
@@ -828,7 +830,8 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
         if network is not None:
             profile = jean_zay_profile(network)
         return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
-                       overlap_efficiency=overlap, profile=profile,
+                       overlap_efficiency=overlap, tp_overlap_efficiency=tp_overlap,
+                       zero_overlap_efficiency=zero_overlap, profile=profile,
                        moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys,
                        moe_dispatch_s_per_layer=per_layer, gemm_sustained_fraction=sustained)
     return apply

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token",
-           "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction")
+           "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
+           "tp_overlap_efficiency", "zero_overlap_efficiency")
 
 # (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
 # cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
@@ -43,6 +44,7 @@ ROUNDS = 8
 CYCLES = 6
 # Fixed starting point, so the fit does not depend on the constants it is asked to refit.
 START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network": 5e9,
+         "tp_overlap_efficiency": 0.8, "zero_overlap_efficiency": 0.8,
          "moe_dispatch_s_per_routed_token": 0.0, "attention_half_keys": 256.0,
          "moe_dispatch_s_per_layer": 0.0, "gemm_sustained_fraction": 0.9,
          "max_efficiency": 0.6, "fp8_max_efficiency": 0.5, "half_efficiency_flops": 1e10,
@@ -59,6 +61,13 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
     params: list[Parameter] = [("*", "elementwise_traffic_factor", 0.0, 20.0),
                                ("*", "overlap_efficiency", 0.0, 1.0),
                                ("*", "gemm_sustained_fraction", 0.3, 1.0)]
+    # Each overlap mechanism's own efficiency (profile.py), where rows use it: TP collectives
+    # pipelined with their GEMMs, ZeRO-2/3 traffic per micro-batch.
+    if any(c.options.tp_comm_overlap and c.layout.sequence_parallel and c.layout.tp > 1
+           for c in cases):
+        params.append(("*", "tp_overlap_efficiency", 0.0, 1.0))
+    if any(c.layout.zero_stage >= 2 and not c.layout.zero3_per_step for c in cases):
+        params.append(("*", "zero_overlap_efficiency", 0.0, 1.0))
     if any(c.model.moe is not None for c in cases):
         params.append(("*", "moe_dispatch_s_per_routed_token", 0.0, 1e-6))
         params.append(("*", "moe_dispatch_s_per_layer", 0.0, 5e-3))

@@ -294,3 +294,68 @@ def test_dense_and_expert_gradient_reductions_are_separate_rows() -> None:
     assert est.collectives == sorted(est.collectives, key=lambda c: (
         [Part.TP, Part.CP, Part.EP, Part.PP, Part.DP, Part.ZERO].index(c.dimension),
         c.group != Group.DP_CP))
+
+
+def _exposed(comm_s: float, window_s: float, efficiency: float) -> float:
+    """Hand rule: what exceeds the window, and never less than (1 - efficiency) of it."""
+    return max(comm_s - window_s, comm_s * (1 - efficiency), 0.0)
+
+
+def test_zero2_reduce_scatter_hides_behind_the_next_chunk_under_interleaving() -> None:
+    # 16 uniform layers on pp=2 with vpp=8: one-layer chunks (the Llama 3 paper's layout).
+    # Each layer's gradient reduce-scatter (FSDP2: one in flight) runs behind what the rank
+    # computes before the next layer's reduce-scatter is issued: the next forward chunk and
+    # backward chunk, 1/8 of the micro-batch's F + B. Over the 8 layers that is
+    # exposed(rs, F + B) per micro-batch; the step's very last reduce-scatter has nothing behind
+    # it: rs/8 in full instead of exposed(rs/8, (F + B)/8).
+    from placer.cost.profile import calibration_for
+
+    cluster = cluster_preset("dgx-h100").with_nodes(4)
+    m = 8
+    est = estimate(UNIFORM, cluster, Job(seq_len=4096, global_batch_size=16 * m),
+                   Layout(pp=2, vpp=8, dp=16, zero_stage=2, micro_batch_size=1))
+    efficiency = calibration_for(cluster).zero_overlap_efficiency
+    row = next(c for c in est.collectives if c.dimension == Part.ZERO)
+    assert (row.collective, row.calls_per_step) == ("reduce_scatter", m)
+    rs = row.time_s / m
+    slot = est.breakdown.compute_s / m  # F + B of the (worst) stage, no recomputation
+    layers = 8
+    expected = (m * _exposed(rs, slot, efficiency)
+                + rs / layers - _exposed(rs / layers, slot / layers, efficiency))
+    assert est.breakdown.zero_exposed_s == pytest.approx(expected, rel=1e-3)
+    assert row.exposed_s == pytest.approx(expected, rel=1e-3)
+
+
+def test_each_overlap_mechanism_has_its_own_efficiency() -> None:
+    # TP collectives pipelined with their GEMMs use tp_overlap_efficiency only: at 0 nothing is
+    # hidden, so the exposed TP time is the plain TP traffic; ZeRO traffic per micro-batch uses
+    # zero_overlap_efficiency only.
+    from dataclasses import replace
+
+    from placer.cost.groups import group_links
+    from placer.cost.profile import calibration_for
+    from placer.cost.step import estimate_with
+
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    model = model_preset("llama3-8b")
+    job = Job(seq_len=4096, global_batch_size=32)
+    layout = Layout(tp=4, dp=4, zero_stage=3, micro_batch_size=1, sequence_parallel=True)
+    links = group_links(cluster, layout, DEFAULT_ORDER, None)
+    calib = calibration_for(cluster)
+
+    def run(options: CostOptions, **constants: float) -> Estimate:
+        return estimate_with(model, cluster, job, layout, DEFAULT_ORDER, links,
+                             replace(calib, **constants), options)
+
+    overlapped, plain = CostOptions(tp_comm_overlap=True), CostOptions()
+    none = run(overlapped, tp_overlap_efficiency=0.0)
+    assert none.breakdown.tp_exposed_s == pytest.approx(run(plain).breakdown.tp_exposed_s)
+    assert run(overlapped, tp_overlap_efficiency=0.9).breakdown.tp_exposed_s < (
+        none.breakdown.tp_exposed_s)
+    # The shared constant leaves both alone; each mechanism's moves only its own part.
+    other = run(overlapped, tp_overlap_efficiency=0.0, overlap_efficiency=0.0)
+    assert other.breakdown.tp_exposed_s == none.breakdown.tp_exposed_s
+    assert other.breakdown.zero_exposed_s == none.breakdown.zero_exposed_s
+    zero = run(overlapped, tp_overlap_efficiency=0.0, zero_overlap_efficiency=0.0)
+    assert zero.breakdown.zero_exposed_s > none.breakdown.zero_exposed_s
+    assert zero.breakdown.tp_exposed_s == none.breakdown.tp_exposed_s

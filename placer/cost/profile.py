@@ -131,8 +131,19 @@ FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 ELEMENTWISE_TRAFFIC_FACTOR = 2.67
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
-# time. Fitted by bench/fit_compute.py jointly over all rows.
+# time. One figure per overlap mechanism, each fitted by bench/fit_compute.py jointly over all
+# rows (only rows that use a mechanism move its figure): OVERLAP_EFFICIENCY for the bucketed
+# data-parallel gradient reduction and parameter gather, the CP ring's K/V exchange and the MoE
+# all-to-all behind the other micro-batch; TP_OVERLAP_EFFICIENCY for TP collectives pipelined
+# chunk by chunk with their GEMMs (Megatron --tp-comm-overlap userbuffers, torchtitan async TP:
+# the MCORE_R080_README and TORCHTITAN_2412 rows); ZERO_OVERLAP_EFFICIENCY for ZeRO-2/3 gathers
+# and reduce-scatters per micro-batch (FSDP, DeepSpeed ZeRO-3: LLMFOUNDRY_MPT, NARAYANAN21,
+# torchtitan, Llama 3 paper and NeMo AutoModel rows). TP and ZeRO figures: the in-sample fold of
+# bench/accuracy.py --loso-cycles 2 (2026-12-01 19:05-19:52 UTC, the tree then plus this
+# split); OVERLAP_EFFICIENCY: the 3ee236c refit (that fold: 0.419).
 OVERLAP_EFFICIENCY = 0.432
+TP_OVERLAP_EFFICIENCY = 0.9
+ZERO_OVERLAP_EFFICIENCY = 0.555
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
 # set's MoE rows (two Megatron-Bridge publications on H100, B200 and GB200: Qwen3-30B-A3B and
@@ -273,6 +284,8 @@ class Calibration:
     sm_count: int = DEFAULT_SM_COUNT
     gemm_sustained_fraction: float = GEMM_SUSTAINED_FRACTION
     peak_fp4_flops: float | None = None  # dense FP4 tensor-core peak (FP4_OVER_FP8_PEAK)
+    tp_overlap_efficiency: float = TP_OVERLAP_EFFICIENCY
+    zero_overlap_efficiency: float = ZERO_OVERLAP_EFFICIENCY
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak of ``precision``: ``fp4`` (NVFP4 GEMMs) where the GPU has FP4 tensor

@@ -256,14 +256,14 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
             cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
                                options.cp_comm_overlap)
             zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute,
-                                          options)
+                                          options, m)
             tp_s = tp_layer.exposed_s * shape.layers
             if options.tp_comm_overlap and tp_s > 0 and layout.sequence_parallel:
                 tp_s = (tp_dense * (shape.layers - shape.moe_layers)
                         + tp_moe * shape.moe_layers)
             ep_s = ep_layer.exposed_s * shape.moe_layers
             if ep_hidden and ep_s > 0:
-                ep_s = _overlapped(ep_s, compute.total_s, calib)
+                ep_s = _overlapped(ep_s, compute.total_s, calib.overlap_efficiency)
             by_shape[key] = _StageTime(compute=compute, tp_s=tp_s, cp_s=cp_s, ep_s=ep_s,
                                        zero_s=zero_s)
         stage_times.append(by_shape[key])
@@ -433,7 +433,8 @@ def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool
     ag, rs = calls["all_gather"].time_s, calls["reduce_scatter"].time_s
 
     def hide(comm_s: float, window_s: float) -> float:
-        return max(_overlapped(comm_s, window_s, calib), comm_s / layout.tp)
+        return max(_overlapped(comm_s, window_s, calib.tp_overlap_efficiency),
+                   comm_s / layout.tp)
 
     forward = hide(ag, qkv) + hide(ag, mlp_in) + hide(rs, out) + hide(rs, mlp_out)
     backward = (hide(ag, 2 * out) + hide(ag, 2 * mlp_out) + hide(rs, 2 * qkv)
@@ -498,10 +499,11 @@ def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibrat
     steps = layout.cp - 1
     if not overlap:
         return shape.layers * steps * one.time_s * (1 + 2 + (layout.forward_passes - 1))
-    fwd = steps * _overlapped(one.time_s, attn_fwd / layout.cp, calib)
+    eff = calib.overlap_efficiency
+    fwd = steps * _overlapped(one.time_s, attn_fwd / layout.cp, eff)
     # Backward sends K, V and receives dK, dV per step, behind the backward attention.
     bwd = steps * _overlapped(2 * one.time_s, ATTENTION_BACKWARD_RATIO * attn_fwd / layout.cp,
-                              calib)
+                              eff)
     redo = fwd if layout.forward_passes > 1 else 0.0
     return shape.layers * (fwd + bwd + redo)
 
@@ -576,13 +578,24 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
 
 def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLinks,
                          calib: Calibration, shape: StageShape, compute: PassTimes,
-                         options: CostOptions = DEFAULT_OPTIONS) -> float:
-    """Exposed ZeRO-2/3 traffic per micro-batch: gathers prefetched one layer ahead.
+                         options: CostOptions = DEFAULT_OPTIONS, microbatches: int = 1
+                         ) -> float:
+    """Exposed ZeRO-2/3 traffic per micro-batch (the mean over the step's ``microbatches``).
 
-    The forward gathers each layer while the previous one computes, so only what exceeds the
-    forward compute is exposed, plus the first layer's gather; the backward (and recomputation)
-    gathers again and reduce-scatters gradients, hiding behind its compute except the last
-    layer's reduce-scatter.
+    ZeRO-3: the forward gathers each layer while the previous one computes, so only what
+    exceeds the forward compute is exposed, plus the first layer's gather; the backward (and
+    recomputation) gathers again and reduce-scatters gradients, hiding behind its compute
+    except the last layer's reduce-scatter.
+
+    ZeRO-2 has no gathers: each unit's (layer's) reduce-scatter runs on its own stream after
+    the unit's backward, and the compute stream waits for it only when the next unit issues
+    its own (torch 2.13 FSDP2, _fsdp_param_group.py post_backward: the oldest pending
+    reduce-scatter is waited for once reduce_scatter_max_input_buffers, default 1, are in
+    flight; finalize_backward waits for the rest). So a layer's reduce-scatter hides behind the
+    next layer's backward, and the last layer of each model chunk's behind what the rank runs
+    next: the following forward chunk of the (interleaved) 1F1B schedule, 1/v of the stage's
+    forward, or the next micro-batch's forward. Only the step's last reduce-scatter waits in
+    full (the last micro-batch's last layer).
     """
     if layout.zero3_per_step:
         return 0.0  # gathered once per step under pipelining (see _dp_exposed)
@@ -591,19 +604,30 @@ def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLin
         return 0.0
     layers = max(1, shape.layers)
     g, rs = traffic.gather_s, traffic.scatter_s
-    fwd = _overlapped(g, compute.forward_s, calib) + g / layers if traffic.gathers else 0.0
-    later = max(0, traffic.gathers - 1) * g + rs
-    bwd = _overlapped(later, compute.backward_s + compute.recompute_s, calib) + rs / layers
+    eff = calib.zero_overlap_efficiency
+    backward_s = compute.backward_s + compute.recompute_s
+    if not traffic.gathers:
+        m, chunks = max(1, microbatches), min(layout.vpp, layers)
+        inner = (layers - chunks) / layers * _overlapped(rs, backward_s, eff)
+        chunk_ends = chunks * _overlapped(rs / layers,
+                                          (backward_s / layers + compute.forward_s / chunks), eff)
+        step_end = rs / layers - _overlapped(rs / layers, backward_s / layers
+                                             + compute.forward_s / chunks, eff)
+        return inner + chunk_ends + step_end / m
+    fwd = _overlapped(g, compute.forward_s, eff) + g / layers
+    later = (traffic.gathers - 1) * g + rs
+    bwd = _overlapped(later, backward_s, eff) + rs / layers
     return fwd + bwd
 
 
-def _overlapped(comm_s: float, window_s: float, calib: Calibration) -> float:
+def _overlapped(comm_s: float, window_s: float, efficiency: float) -> float:
     """Exposed part of ``comm_s`` run alongside ``window_s`` of compute.
 
-    What exceeds the window is exposed, and overlapping never hides more than the fitted
-    overlap efficiency of the traffic (collectives and kernels share SMs and HBM).
+    What exceeds the window is exposed, and overlapping never hides more than ``efficiency``
+    of the traffic, the fitted overlap efficiency of its mechanism (collectives and kernels
+    share SMs and HBM; profile.Calibration).
     """
-    return max(comm_s - window_s, comm_s * (1.0 - calib.overlap_efficiency), 0.0)
+    return max(comm_s - window_s, comm_s * (1.0 - efficiency), 0.0)
 
 
 def _record_zero(ledger: _Ledger, model: Model, layout: Layout, job: Job, links: GroupLinks,
@@ -753,7 +777,7 @@ def _bucketed_exposed(parts: list[_Call], window_s: float, calib: Calibration) -
         return 0.0
     total = sum(p.time_s for p in parts)
     last_bucket = sum(p.time_s * p.last_bucket for p in parts)
-    return max(last_bucket, _overlapped(total, window_s, calib))
+    return max(last_bucket, _overlapped(total, window_s, calib.overlap_efficiency))
 
 
 __all__ = ["estimate", "estimate_with"]
