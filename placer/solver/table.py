@@ -9,6 +9,9 @@ about a millisecond each), so the search bounds instead of enumerating:
 2. Recompute: for each (micro-batch, virtual stages, ZeRO, SP) only the least recomputation
    that fits is costed: more recomputation adds work and never removes any.
 3. Bounds, from the breakdown (its parts add up to the step time, each >= 0):
+   - a degree tuple before anything is costed: its compute floor (placer.cost.bound: the
+     slowest stage's forward and backward at its largest micro-batch, no communication); the
+     tuple is bisected for memory and probed only if that floor is within reach;
    - a (tuple, micro-batch) pair: one *probe* per SP setting (ZeRO 0, no recompute, one virtual
      stage); compute and TP/CP/EP exposure do not shrink with ZeRO, interleaving or recompute,
      and the bubble shrinks at most by the largest virtual-stage count;
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placer.cost import estimate, memory_estimate
+from placer.cost.bound import compute_floor
 from placer.solver.space import Degrees, KnobOptions, knob_options, layout_key
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -71,6 +75,10 @@ class TableStats:
     """What the search looked at; ``smallest`` is the least memory any layout needed."""
 
     degree_tuples: int = 0
+    degree_tuples_usable: int = 0
+    """Tuples with some knob setting to try: each enters the search at its compute floor."""
+    tuples_probed: int = 0
+    """Tuples bisected for memory and probed (the others' floor was out of reach)."""
     layouts: int = 0
     memory_checks: int = 0
     estimates: int = 0
@@ -100,9 +108,11 @@ class _Node:
     degrees: Degrees = field(compare=False)
     options: KnobOptions = field(compare=False)
     mbs: tuple[int, ...] = field(compare=False)
-    """The micro-batches that can fit (one for a pair)."""
+    """The micro-batches that can fit (one for a pair; before a tuple is probed, those that
+    have a virtual-stage option, not yet bisected for memory)."""
     probe: Probe = field(compare=False)
-    """For a pair its own probe; for a tuple the probe of its largest micro-batch."""
+    """For a pair its own probe; for a tuple the probe of its largest micro-batch; empty for a
+    tuple not yet probed (its bound is then its compute floor, ``_floor``)."""
 
 
 @dataclass
@@ -278,6 +288,36 @@ def _expand(search: _Search, pair: _Node) -> None:
             break  # more recomputation only adds work
 
 
+def _floor(search: _Search, degrees: Degrees, options: KnobOptions,
+           usable: tuple[int, ...]) -> _Node:
+    """A degree tuple not yet bisected for memory nor probed, bounded by its compute floor
+    (placer.cost.bound) at its largest micro-batch, composed as ``_tuple`` composes the probe:
+    compute (which the probe's TP, CP and EP exposure only add to) plus the bubble, scaled to
+    the smallest micro-batch and the most virtual stages. Compute does not grow with the
+    micro-batch, so this is at most the probe bound of the micro-batches that fit."""
+    sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
+    largest, smallest = usable[-1], usable[0]
+    vpp_max = max(_vpp_max(options, m) for m in usable)
+    floors = [compute_floor(search.model, search.cluster, search.job,
+                            degrees.layout(mbs=largest, sp=sp), search.profile) for sp in sps]
+    bound = min(f.compute_s + f.bubble_s * smallest / largest / vpp_max for f in floors)
+    key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp)
+    return _Node(bound, True, key, degrees, options, usable, ())
+
+
+def _fitting(search: _Search, degrees: Degrees, usable: tuple[int, ...]) -> tuple[int, ...]:
+    """The micro-batches of ``usable`` that can fit: memory only grows with the micro-batch, so
+    they are a prefix; its end found by bisection."""
+    low, high = 0, len(usable)
+    while low < high:
+        middle = (low + high) // 2
+        if _least_memory_fits(search, degrees, usable[middle]):
+            low = middle + 1
+        else:
+            high = middle
+    return usable[:low]
+
+
 def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], keep: int,
          profile: LinkProfile | None, bounded: bool, memo: CostMemo | None) -> _Search:
     search = _Search(model, cluster, job, profile, keep, bounded, memo)
@@ -289,23 +329,27 @@ def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degree
         stats.layouts += options.count()
         if not options.zero or not options.recompute or not options.sp:
             continue
-        usable = [m for m, v in zip(options.mbs, options.vpp_by_mbs, strict=True) if v]
-        # Memory only grows with the micro-batch: the ones that can fit are a prefix; find its
-        # end by bisection.
-        low, high = 0, len(usable)
-        while low < high:
-            middle = (low + high) // 2
-            if _least_memory_fits(search, degrees, usable[middle]):
-                low = middle + 1
-            else:
-                high = middle
-        if low:
-            heap.append(_tuple(search, degrees, options, tuple(usable[:low])))
+        usable = tuple(m for m, v in zip(options.mbs, options.vpp_by_mbs, strict=True) if v)
+        if usable:
+            stats.degree_tuples_usable += 1
+            heap.append(_floor(search, degrees, options, usable))
     heapq.heapify(heap)
+    # A tuple enters at its compute floor (no probe); when it comes first it is bisected and
+    # probed and goes back at its probe bound, which is at least the floor. The nodes with their
+    # real bounds thus leave the heap in the order they would if every tuple were probed first,
+    # and the threshold falls alike: the same rows, fewer estimates.
     while heap:
         node = heapq.heappop(heap)
         if not search.within(node.bound_s):
             break
+        if node.is_tuple and not node.probe:
+            stats.tuples_probed += 1
+            fitting = _fitting(search, node.degrees, node.mbs)
+            if fitting:
+                probed = _tuple(search, node.degrees, node.options, fitting)
+                search.check(node.bound_s, probed.bound_s)
+                heapq.heappush(heap, probed)
+            continue
         if node.is_tuple:
             for mbs in node.mbs:
                 probe = node.probe if mbs == node.mbs[-1] else _probe(search, node.degrees, mbs)

@@ -1,0 +1,136 @@
+"""The table's bounds change no answer: recommend-layout's whole text output (top 5, every
+figure, the baseline, why-#1, each-alone lines, what-ifs) is byte for byte what the search
+prints with every bound off (every degree tuple bisected and probed, every pair expanded), on a
+dense model, an MoE model, a long context and a mixed-GPU cluster; and the top 5 of the bounded
+table is brute force's (every layout costed) on the MoE and long-context problems.
+
+One figure differs by design and is masked: the search line's "N fit" counts the costed layouts
+that fit, and costing fewer is what the bounds are for (7,428 layouts: 36 bounded, 339 not).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from placer.cli.options import load_job_inputs
+from placer.cli.recommend_command import args_from_argv, recommend
+from placer.report.tables import render_text
+from placer.solver import table
+from placer.solver.search import search_space
+from placer.solver.select import greedy_top, select_top
+from placer.solver.table import (
+    TableStats,
+    build_table,
+    exhaustive_rows,
+    least_recompute,
+    pareto_rows,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MIXED = ROOT / "examples" / "mixed-a100-h100" / "cluster.yaml"
+
+PROBLEMS = {
+    "dense": ["--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+              "--global-batch", "32", "--seq-len", "4096"],
+    "moe": ["--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "1",
+            "--global-batch", "32", "--seq-len", "4096"],
+    "long-context": ["--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "2",
+                     "--global-batch", "16", "--seq-len", "65536"],
+    "mixed-gpus": ["--model", "llama3-8b", "--cluster", "MIXED", "--global-batch", "64",
+                   "--seq-len", "4096"],
+}
+"""Small enough to search with every bound off in seconds; MIXED is one DGX A100 and one DGX
+H100 node (examples/mixed-a100-h100's node types and network)."""
+
+
+def _argv(name: str, tmp_path: Path) -> list[str]:
+    if name != "mixed-gpus":
+        return PROBLEMS[name]
+    data = yaml.safe_load(MIXED.read_text(encoding="utf-8"))
+    data["pools"] = [{"node_type": "dgx-a100", "count": 1}, {"node_type": "dgx-h100", "count": 1}]
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return [str(path) if a == "MIXED" else a for a in PROBLEMS[name]]
+
+
+FIT_COUNT = re.compile(r"^(search +[\d,]+ layouts considered), [\d,]+ fit", re.MULTILINE)
+
+
+def _masked(text: str) -> str:
+    """The report with the search line's count of costed layouts that fit masked."""
+    masked, count = FIT_COUNT.subn(r"\1, N fit", text)
+    assert count == 1
+    return masked
+
+
+@pytest.fixture
+def searches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[TableStats]]:
+    """Every table search's stats, bounded as the code runs them."""
+    seen: list[TableStats] = []
+    run = table._run
+
+    def recording(*args: object, **kwargs: object) -> table._Search:
+        search = run(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(search.stats)
+        return search
+
+    monkeypatch.setattr(table, "_run", recording)
+    yield seen
+
+
+def _unbounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every table search run with its bounds off (the exhaustive path of ``_run``)."""
+    run = table._run
+
+    def unbounded(model, cluster, job, degrees, keep, profile, bounded, memo):  # type: ignore[no-untyped-def]
+        return run(model, cluster, job, degrees, keep, profile, False, memo)
+
+    monkeypatch.setattr(table, "_run", unbounded)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_bounded_output_is_the_unbounded_output_byte_for_byte(
+        name: str, searches: list[TableStats], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.chdir(ROOT)
+    args = args_from_argv(_argv(name, tmp_path))
+    bounded = _masked(render_text(recommend(args)))
+    assert searches and all(s.bound_violations == 0 and not s.exhaustive for s in searches)
+    estimates = sum(s.estimates for s in searches)
+    probed = sum(s.tuples_probed for s in searches)
+    searches.clear()
+    _unbounded(monkeypatch)
+    unbounded = _masked(render_text(recommend(args)))
+    assert unbounded == bounded
+    assert estimates < sum(s.estimates for s in searches)
+    assert probed < sum(s.tuples_probed for s in searches) == sum(s.degree_tuples_usable
+                                                                   for s in searches)
+
+
+@pytest.mark.parametrize("name", [pytest.param("moe", marks=pytest.mark.slow), "long-context"])
+def test_bounded_top_five_is_brute_forces(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every layout of the space costed, reduced by the table's rules (least recompute that
+    fits, no layout slower and larger than another of its degrees), then the greedy top 5."""
+    monkeypatch.chdir(ROOT)
+    args = args_from_argv(PROBLEMS[name])
+    inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
+                             global_batch=args.global_batch, seq_len=args.seq_len,
+                             precision=args.precision, constraints=args.constraints,
+                             knobs=args.knobs)
+    model, cluster, job = inputs.model, inputs.cluster, inputs.job
+    degrees = search_space(model, cluster, job).degrees
+    rows, stats = build_table(model, cluster, job, degrees, keep=5)
+    assert stats.bound_violations == 0
+    picks = select_top(rows, job, [r.layout.num_gpus for r in rows], k=5, max_tp=None).picks
+    brute, costed = exhaustive_rows(model, cluster, job, degrees)
+    reference = pareto_rows(least_recompute(brute))
+    expected = [reference[i] for i in greedy_top(reference, 5)]
+    assert [(rows[i].layout, rows[i].step_time_s) for i in picks] == [
+        (r.layout, r.step_time_s) for r in expected]
+    assert stats.estimates < costed
