@@ -576,6 +576,38 @@ BRIDGE_MOE_DISPATCH: tuple[BridgeDispatch, ...] = (
 )
 
 
+# NeMo AutoModel (PyTorch FSDP2 + Transformer Engine + DeepEP): its experts' GEMM backend.
+AUTOMODEL_SOURCES = {"AUTOMODEL_2604"}
+
+
+# Megatron-Bridge MXFP8 workload configs that capture the whole iteration in CUDA graphs
+# (cuda_graph_impl="full_iteration": no host launches, CostOptions.cuda_graphs) from a release on,
+# and whether their grouped MLP is the CuTeDSL fused kernel (cutedsl_fused_grouped_mlp: one kernel
+# over the local experts, CostOptions.moe_grouped_kernel "single"): Qwen3-30B-A3B GB200 FP8-MX
+# (NVIDIA-NeMo/Megatron-Bridge@55443cb, 2026-06-10, in v0.5.0: qwen3_workload_base_configs.py
+# QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1), GPT-OSS-120B GB200 FP8-MX (@5f98743,
+# 2026-06-09, "full-iter CG for GPT-OSS 120B"). (model, GPU, first release, CuTeDSL grouped MLP.)
+BRIDGE_FULL_ITERATION_GRAPHS = (("qwen330ba3b", "gb200", (26, 6), True),
+                                ("gptoss120b", "gb200", (26, 6), False))
+
+
+def bridge_graphs(record: dict[str, Any]) -> tuple[bool, bool]:
+    """(full-iteration CUDA graphs, CuTeDSL grouped MLP) of a Megatron-Bridge MXFP8 record from
+    its release's workload config (BRIDGE_FULL_ITERATION_GRAPHS)."""
+    release = re.search(r"\b(\d\d)\.(\d\d)", record.get("source_locator") or "")
+    precision = (record.get("precision") or "").lower().split()
+    if (record["source_id"] not in MEGATRON_BRIDGE_SOURCES or release is None
+            or not precision or "mx" not in precision[0]):
+        return False, False
+    version = (int(release[1]), int(release[2]))
+    name = _slug(record["model"]["name"])
+    gpu = record["hardware"]["gpu_type"].lower().split()[0]
+    for model, on, first, cutedsl in BRIDGE_FULL_ITERATION_GRAPHS:
+        if model in name and gpu == on and version >= first:
+            return True, cutedsl
+    return False, False
+
+
 def bridge_moe_dispatch(record: dict[str, Any]) -> tuple[str | None, bool]:
     """(dispatcher, expert all-to-all overlapped) of a Megatron-Bridge MoE record from its
     release's workload config (BRIDGE_MOE_DISPATCH); (None, False) where no rule matches."""
@@ -628,6 +660,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     # FlashAttention-2 (an assumption where the page does not name the backend).
     fa2 = eager or source in FA2_ATTENTION_SOURCES
     bridge_dispatcher, bridge_a2a_overlap = bridge_moe_dispatch(record)
+    graphs, cutedsl = bridge_graphs(record)
     wrapper = deepspeed_wrapper(record) if deepspeed else None
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
@@ -643,6 +676,15 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        moe_dispatcher=("flex" if "deepep" in notes.lower()
                                        else bridge_dispatcher or "alltoall"),
                        ep_comm_overlap=bridge_a2a_overlap,
+                       # Expert GEMMs (compute.expert_gemm_group): torchtitan's torch._grouped_mm
+                       # is one grouped kernel; NeMo AutoModel's DeepEP experts call
+                       # grouped_gemm.ops.gmm, whose default build loops one cuBLAS GEMM per
+                       # expert (tgale96/grouped_gemm README, "conservative (cuBLAS) mode");
+                       # Megatron's --moe-grouped-gemm is Transformer Engine's 4-stream one.
+                       moe_grouped_kernel="single" if eager or cutedsl else "te_streams",
+                       cuda_graphs=graphs,
+                       moe_grouped_gemm=not (source in AUTOMODEL_SOURCES
+                                             and "deepep" in notes.lower()),
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
                        cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's
@@ -825,6 +867,8 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
         half_keys = values.get("attention_half_keys", calib.attention_half_keys)
         per_layer = values.get("moe_dispatch_s_per_layer", calib.moe_dispatch_s_per_layer)
         sustained = values.get("gemm_sustained_fraction", calib.gemm_sustained_fraction)
+        host_layer = values.get("moe_host_s_per_layer", calib.moe_host_s_per_layer)
+        host_expert = values.get("moe_host_s_per_expert", calib.moe_host_s_per_expert)
         profile = calib.profile
         network = values.get("networks", {}).get(profile.cluster if profile else None)
         if network is not None:
@@ -833,7 +877,8 @@ def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
                        overlap_efficiency=overlap, tp_overlap_efficiency=tp_overlap,
                        zero_overlap_efficiency=zero_overlap, profile=profile,
                        moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys,
-                       moe_dispatch_s_per_layer=per_layer, gemm_sustained_fraction=sustained)
+                       moe_dispatch_s_per_layer=per_layer, gemm_sustained_fraction=sustained,
+                       moe_host_s_per_layer=host_layer, moe_host_s_per_expert=host_expert)
     return apply
 
 

@@ -35,7 +35,8 @@ import accuracy  # noqa: E402
 
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token",
            "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
-           "tp_overlap_efficiency", "zero_overlap_efficiency")
+           "tp_overlap_efficiency", "zero_overlap_efficiency", "moe_host_s_per_layer",
+           "moe_host_s_per_expert")
 
 # (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
 # cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
@@ -47,13 +48,15 @@ START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network"
          "tp_overlap_efficiency": 0.8, "zero_overlap_efficiency": 0.8,
          "moe_dispatch_s_per_routed_token": 0.0, "attention_half_keys": 256.0,
          "moe_dispatch_s_per_layer": 0.0, "gemm_sustained_fraction": 0.9,
+         "moe_host_s_per_layer": 0.0, "moe_host_s_per_expert": 0.0,
          "max_efficiency": 0.6, "fp8_max_efficiency": 0.5, "half_efficiency_flops": 1e10,
          "attention_efficiency": 0.5}
 
 # Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one).
 STEP_FLOOR = {"half_efficiency_flops": 1e9, "network": 1e9,
               "moe_dispatch_s_per_routed_token": 1e-8, "attention_half_keys": 64.0,
-              "moe_dispatch_s_per_layer": 1e-5}
+              "moe_dispatch_s_per_layer": 1e-5, "moe_host_s_per_layer": 1e-3,
+              "moe_host_s_per_expert": 1e-4}
 
 
 def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
@@ -71,6 +74,8 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
     if any(c.model.moe is not None for c in cases):
         params.append(("*", "moe_dispatch_s_per_routed_token", 0.0, 1e-6))
         params.append(("*", "moe_dispatch_s_per_layer", 0.0, 5e-3))
+        params.append(("*", "moe_host_s_per_layer", 0.0, 2e-2))
+        params.append(("*", "moe_host_s_per_expert", 0.0, 2e-3))
     if any(c.options.flash_attention for c in cases):
         params.append(("*", "attention_half_keys", 0.0, 8192.0))
     if any(c.profile is not None for c in cases):

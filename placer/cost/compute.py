@@ -20,8 +20,13 @@ Element-wise kernels are memory bound: their traffic is proportional to the acti
 stores, moved at HBM bandwidth. Mixture-of-experts layers add the token dispatcher's own memory
 passes (permute, sort by expert, unpermute, router softmax/top-k), charged at HBM bandwidth, plus
 a fitted time per routed token copy for the dispatcher's bookkeeping, and run each local expert as
-its own GEMM of ``tokens_per_expert`` rows (a grouped GEMM's per-expert problem), so small experts
-fall down the efficiency curve. The output layer runs in BF16 even in FP8 recipes (step.py).
+its own GEMM problem of ``tokens_per_expert`` rows launched as a group (``expert_gemm_group``):
+Transformer Engine's GroupedLinear issues one cuBLAS GEMM per expert round-robin on 4 compute
+streams, so up to 4 experts' output tiles share the SMs' waves and one fixed kernel time when
+their grids leave SMs free (``concurrent_gemms``; a GEMM that fills every SM runs alone);
+torch._grouped_mm (torchtitan) runs every local expert in one kernel. An MoE layer also waits for
+the host to launch its kernels (``moe_host_launch_s``). The output layer runs in
+BF16 even in FP8 recipes (step.py).
 Constants: placer/cost/profile.py.
 """
 
@@ -94,6 +99,14 @@ class LayerWork:
     # (M, N, K) of one GEMM of each ``gemms`` / ``attention_gemms`` entry (a batched GEMM's
     # batch is its FLOPs over 2MNK); empty: priced by FLOPs alone, as one full-wave GEMM.
     gemm_shapes: tuple[tuple[float, float, float], ...] = ()
+    # How many GEMMs of each ``gemms`` entry run at once, sharing the SMs' waves and one fixed
+    # kernel time (expert_gemm_group); empty: one at a time.
+    gemm_groups: tuple[int, ...] = ()
+    # Local experts whose kernels the host launches in each pass (0: none, or a CUDA-graphed
+    # iteration): what the host-bound launch time of an MoE layer scales with (pass_times).
+    launched_experts: int = 0
+    host_launched: bool = False  # an MoE layer whose kernels the host launches each pass
+    gemm_one_kernel: bool = False  # gemm_groups are one grouped kernel, not concurrent streams
     attention_shapes: tuple[tuple[float, float, float], ...] = ()
     attention_keys: float = 0.0  # keys per query in one fused-attention kernel call
     attention_kernel: str = "cudnn"  # which fused-attention kernel runs (CostOptions)
@@ -149,6 +162,8 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                                 (float(job.seq_len), float(dv), float(job.seq_len)))
         score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
     dispatch, routed = 0.0, 0.0
+    groups: list[int] = []
+    launched = 0
     if moe_layer and model.moe is not None:
         moe = model.moe
         rep = layout.sp_replication
@@ -156,11 +171,14 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         shapes.append((tokens * rep, moe.num_experts, h))
         local_experts = moe.num_experts / layout.ep
         routed = tokens * moe.top_k * layout.etp / t * imbalance
-        # Each local expert is its own GEMM of tokens_per_expert rows (routed tokens of the whole
-        # EP group shared by its experts), so efficiency is that of the per-expert problem.
+        # Each local expert is its own GEMM problem of tokens_per_expert rows (routed tokens of
+        # the whole EP group shared by its experts), launched as a group (expert_gemm_group).
         per_expert = routed / local_experts
         fe = moe.expert_ffn_hidden_size / layout.etp
         count = max(1, round(local_experts))
+        group = expert_gemm_group(count, options)
+        launched = 0 if options.cuda_graphs else count
+        groups = [1] * len(gemms) + [group, group]
         gemms.append((2 * per_expert * h * fe * gate, count))
         gemms.append((2 * per_expert * fe * h, count))
         shapes += [(per_expert, fe * gate, h), (per_expert, h, fe)]
@@ -184,7 +202,30 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      module_bytes=tuple((n, b * tokens) for n, b in stored.modules),
                      shared_gemms=shared, attention_keys=keys,
                      attention_kernel=options.attention_kernel, gemm_shapes=tuple(shapes),
+                     gemm_groups=tuple(groups + [1] * (len(gemms) - len(groups))),
+                     launched_experts=launched, host_launched=launched > 0,
+                     gemm_one_kernel=options.moe_grouped_kernel == "single",
                      attention_shapes=attention_shapes)
+
+
+# Compute streams Transformer Engine's GroupedLinear spreads its per-expert GEMMs over:
+# multi_stream_cublas_gemm issues one cuBLAS GEMM per expert on stream ``i % num_streams``, with
+# ``num_compute_streams = 4`` (NVIDIA/TransformerEngine v2.9-v2.13,
+# transformer_engine/common/gemm/cublaslt_gemm.cu and common/util/multi_stream.cpp; its CUTLASS
+# grouped GEMM runs only on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM=1, off by default).
+TE_GROUPED_GEMM_STREAMS = 4
+
+
+def expert_gemm_group(local_experts: int, options: CostOptions) -> int:
+    """How many local experts' GEMMs run at once: every one in a single grouped kernel
+    (``moe_grouped_kernel="single"``: torch._grouped_mm, a CUTLASS grouped kernel), Transformer
+    Engine's 4 streams (``"te_streams"``), or one at a time without a grouped GEMM (Megatron's
+    SequentialMLP, a loop over the local experts)."""
+    if not options.moe_grouped_gemm:
+        return 1
+    if options.moe_grouped_kernel == "single":
+        return local_experts
+    return min(local_experts, TE_GROUPED_GEMM_STREAMS)
 
 
 def _mla_gemms(model: Model, layout: Layout, tokens: float
@@ -302,25 +343,43 @@ OPERAND_BYTES = {"fp8": 1.0, "fp4": NVFP4_OPERAND_BYTES}
 
 
 @lru_cache(maxsize=65536)
-def wave_efficiency(m: float, n: float, k: float, sms: int) -> float:
+def wave_efficiency(m: float, n: float, k: float, sms: int, group: int = 1) -> float:
     """Useful fraction of the thread-block slots a GEMM occupies: ``m x n`` of output over
     whole tiles (tile quantization) scheduled ``sms`` at a time (wave quantization: the last
-    wave runs as long as a full one), the best of the kernels' tile shapes (GEMM_TILES)."""
+    wave runs as long as a full one), the best of the kernels' tile shapes (GEMM_TILES).
+    ``group`` equal GEMMs running at once (a grouped GEMM, or concurrent streams) pool their
+    tiles into the same waves."""
     best = 0.0
     for tm, tn in GEMM_TILES:
-        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        tiles = group * math.ceil(m / tm) * math.ceil(n / tn)
         split = 1
         if tiles < sms:
             split = max(1, min(sms // tiles, int(k // SPLIT_K_MIN_DEPTH)))
         waves = math.ceil(tiles * split / sms)
-        best = max(best, m * n * split / (waves * sms * tm * tn))
+        best = max(best, group * m * n * split / (waves * sms * tm * tn))
     return min(1.0, best)
+
+
+def concurrent_gemms(m: float, n: float, sms: int) -> int:
+    """How many equal GEMMs on separate streams can run side by side: as many as leave each its
+    thread blocks on the SMs at once (the smallest tiles, GEMM_TILES); a GEMM whose grid fills
+    every SM keeps the next one waiting until its blocks retire, so such GEMMs run one after
+    another, each paying its own fixed time."""
+    tm, tn = GEMM_TILES[-1]
+    return max(1, sms // (math.ceil(m / tm) * math.ceil(n / tn)))
 
 
 def gemm_times(gemms: tuple[tuple[float, int], ...],
                shapes: tuple[tuple[float, float, float], ...], calib: Calibration,
-               precision: str) -> list[float]:
-    """Seconds of each ``(FLOPs, count)`` entry, all ``count`` GEMMs of it (``gemm_seconds``)."""
+               precision: str, groups: tuple[int, ...] = (),
+               one_kernel: bool = False) -> list[float]:
+    """Seconds of each ``(FLOPs, count)`` entry, all ``count`` GEMMs of it (``gemm_seconds``).
+
+    ``groups[i]`` of entry i's GEMMs run at once (LayerWork.gemm_groups): the count runs in
+    rounds of that many, each round's tiles sharing the waves, each round paying the fixed
+    kernel time once (the last round holds the remainder). On separate streams no more run at
+    once than leave each its thread blocks on the SMs (``concurrent_gemms``); ``one_kernel``:
+    a grouped kernel, whose one grid holds them all."""
     peak, eff = calib.peak_flops(precision), calib.gemm_efficiency(precision)
     fixed_s = calib.half_efficiency_flops(precision) / (peak * eff)
     if len(shapes) != len(gemms):
@@ -329,15 +388,26 @@ def gemm_times(gemms: tuple[tuple[float, int], ...],
     if precision == "fp4" and calib.peak_fp4_flops is None:
         operand = 1.0  # no FP4 tensor cores: the GEMM runs in FP8 (Calibration.peak_flops)
     bandwidth = calib.hbm_bytes_per_s * HBM_EFFICIENCY
+    if len(groups) != len(gemms):
+        groups = (1,) * len(gemms)
     times = []
-    for (flops, count), (m, n, k) in zip(gemms, shapes, strict=True):
+    for (flops, count), (m, n, k), group in zip(gemms, shapes, groups, strict=True):
         if flops <= 0 or min(m, n, k) <= 0:
             times.append(0.0)
             continue
-        compute = flops / (peak * eff * wave_efficiency(m, n, k, calib.sm_count))
         batch = flops / (2 * m * n * k)
         moved = batch * (operand * (m * k + k * n) + GEMM_OUTPUT_BYTES * m * n)
-        times.append(count * (max(compute, moved / bandwidth) + fixed_s))
+        if not one_kernel:
+            group = min(group, concurrent_gemms(m, n, calib.sm_count))
+        group = max(1, min(group, count))
+        full, rest = divmod(count, group)
+        total = 0.0
+        for rounds, size in ((full, group), (1 if rest else 0, rest)):
+            if rounds:
+                waves = wave_efficiency(m, n, k, calib.sm_count, size)
+                compute = size * flops / (peak * eff * waves)
+                total += rounds * (max(compute, size * moved / bandwidth) + fixed_s)
+        times.append(total)
     return times
 
 
@@ -383,7 +453,8 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     Fused attention runs in BF16 at its own efficiency; unfused attention's batched GEMMs run
     in BF16 at the GEMM efficiency (FP8 recipes only quantise the linear layers).
     """
-    times = gemm_times(work.gemms, work.gemm_shapes, calib, precision)
+    times = gemm_times(work.gemms, work.gemm_shapes, calib, precision, work.gemm_groups,
+                       work.gemm_one_kernel)
     linear = sum(times)
     attention = attention_forward_s(work, calib)
     attn_gemm = attention if work.attention_gemms else 0.0
@@ -400,6 +471,11 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
     forward = linear + attn_gemm + fused + memory + scores + dispatch
     backward = (2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused
                 + 2 * (memory + scores) + dispatch)
+    # An MoE layer whose kernels the host launches waits for the longer of the GPU and the
+    # launches (profile.MOE_HOST_S_PER_LAYER: the per-layer token-count sync stops the host from
+    # running ahead); the backward launches twice the GEMMs.
+    host = moe_host_launch_s(work, calib)
+    forward, backward = max(forward, host), max(backward, 2 * host)
     redo, redo_gemm = 0.0, 0.0
     if is_layer and recompute == "full":
         redo, redo_gemm = forward, linear + attn_gemm
@@ -420,6 +496,15 @@ def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: s
             redo += gemm + memory * share + (dispatch if name == "moe" else 0.0)
             redo_gemm += gemm
     return PassTimes(forward, backward, redo, 3 * (linear + attn_gemm) + redo_gemm)
+
+
+def moe_host_launch_s(work: LayerWork, calib: Calibration) -> float:
+    """Host time to launch one MoE layer's forward kernels: a part per layer and a part per
+    local expert (profile.MOE_HOST_S_PER_LAYER / MOE_HOST_S_PER_EXPERT); 0 when no host
+    launches them (not an MoE layer, or a CUDA-graphed iteration)."""
+    if not work.host_launched:
+        return 0.0
+    return calib.moe_host_s_per_layer + calib.moe_host_s_per_expert * work.launched_experts
 
 
 def forward_flops_per_token(model: Model, seq_len: int) -> float:

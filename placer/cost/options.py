@@ -105,10 +105,18 @@ class CostOptions:
     """MoE token dispatcher: alltoall, allgather or flex (placer.spec.runtime.Dispatcher)."""
     moe_grouped_gemm: bool = True
     """Local experts run as one grouped GEMM; False: one kernel launch per expert."""
+    moe_grouped_kernel: Literal["te_streams", "single"] = "te_streams"
+    """How the grouped GEMM runs (compute.expert_gemm_group): ``te_streams`` Transformer
+    Engine's GroupedLinear (Megatron --moe-grouped-gemm), one cuBLAS GEMM per expert on 4
+    concurrent streams; ``single`` one grouped kernel over every local expert
+    (torch._grouped_mm, torchtitan's MoE)."""
     fp4_gemms: bool = False
     """An FP8 job's linear-layer GEMMs in NVFP4 (Transformer Engine's NVFP4 recipe) on GPUs with
     FP4 tensor cores (profile.FP4_OVER_FP8_PEAK); attention and the output layer keep the
     job's precision, and MFU stays of its peak."""
+    cuda_graphs: bool = False
+    """The whole iteration is captured in CUDA graphs (Megatron ``cuda_graph_impl=full_iteration``):
+    kernels replay without host launches, so no layer waits on the CPU (compute.pass_times)."""
     moe_capacity_factor: float | None = None
     """Expert capacity as a multiple of the mean load (tokens beyond it dropped); None: dropless."""
 

@@ -167,6 +167,19 @@ MOE_DISPATCH_S_PER_ROUTED_TOKEN = 0.0
 # bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
 # range from 1 to 4 sequences.
 MOE_DISPATCH_S_PER_LAYER = 3.37e-05
+# Host (CPU) time to launch one MoE layer's kernels in the forward pass: a part per layer (router,
+# permutations, dispatcher) and a part per local expert (Transformer Engine's GroupedLinear issues a
+# cuBLAS GEMM, and under FP8 a quantize kernel, per expert for each of the two linears). The
+# dispatcher copies the per-expert token counts to the host each layer (Megatron-Core 0.16.1
+# moe/experts.py TEGroupedMLP.forward: ``tokens_per_expert.tolist()``), so the host cannot run
+# ahead of the GPU across MoE layers: a layer takes the longer of its GPU time and this launch
+# time, and small micro-batches with many local experts are host-bound (Megatron-Bridge's
+# Qwen3-30B-A3B on 8 B200, EP 8: 9.3-9.7k tokens/s/GPU at micro-batch 1 against 26.7-27.1k at 4).
+# The backward launches twice the forward's GEMMs (data and weight gradients): twice this.
+# Full-iteration CUDA graphs replay the launches without the host (CostOptions.cuda_graphs).
+# One time for every GPU (host-bound work), fitted by bench/fit_compute.py over the MoE rows.
+MOE_HOST_S_PER_LAYER = 0.0
+MOE_HOST_S_PER_EXPERT = 0.0
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
@@ -284,6 +297,8 @@ class Calibration:
     sm_count: int = DEFAULT_SM_COUNT
     gemm_sustained_fraction: float = GEMM_SUSTAINED_FRACTION
     peak_fp4_flops: float | None = None  # dense FP4 tensor-core peak (FP4_OVER_FP8_PEAK)
+    moe_host_s_per_layer: float = MOE_HOST_S_PER_LAYER
+    moe_host_s_per_expert: float = MOE_HOST_S_PER_EXPERT
     tp_overlap_efficiency: float = TP_OVERLAP_EFFICIENCY
     zero_overlap_efficiency: float = ZERO_OVERLAP_EFFICIENCY
 

@@ -29,6 +29,10 @@ def options_for(job: Job, stack: Stack | None,
         updates.update(dp_overlap_under_pp=stack.dp_overlap_under_pp,
                        moe_dispatcher=stack.defaults.moe_dispatcher,
                        moe_grouped_gemm=stack.defaults.moe_grouped_gemm,
+                       # torchtitan's MoE runs torch._grouped_mm; the others Transformer
+                       # Engine's GroupedLinear (compute.expert_gemm_group)
+                       moe_grouped_kernel=("single" if stack.framework == "torchtitan"
+                                           else "te_streams"),
                        # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
                        fused_kernels=stack.defaults.fused_kernels,
                        attention_kernel=stack.defaults.attention_kernel)

@@ -423,7 +423,8 @@ def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool
     calls = {c.collective: c for c in tp_layer.items}
     if "all_gather" not in calls or "reduce_scatter" not in calls:
         return tp_layer.exposed_s
-    times = gemm_times(work.gemms, work.gemm_shapes, calib, precision)
+    times = gemm_times(work.gemms, work.gemm_shapes, calib, precision, work.gemm_groups,
+                       work.gemm_one_kernel)
     qkv, out = times[0], times[1]
     if moe_layer:  # router, experts' first, experts' second, [shared first, shared second]
         mlp_in = times[2] + times[3] + sum(times[5:6])
