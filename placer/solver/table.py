@@ -19,7 +19,8 @@ about a millisecond each), so the search bounds instead of enumerating:
      exposure do not grow with the micro-batch (the same tokens in fewer, larger GEMMs and
      messages), and the bubble grows with it at most in proportion;
    - a (virtual stages, SP, ZeRO) setting: the exact step time at one virtual stage and no
-     recompute, less its stage-boundary sends and the part of the bubble ``vpp`` removes.
+     recompute, less its stage-boundary sends, the part of the bubble ``vpp`` removes and its
+     exposed ZeRO traffic (whose overlap window grows with interleaving and recomputation).
    Nodes are expanded in order of their bound until it exceeds the ``keep``-th best step time
    over distinct degree tuples: nothing beyond can enter the top ``keep`` (each pick of the
    top-K selection uses up at most one of those tuples).
@@ -266,7 +267,10 @@ def _expand(search: _Search, pair: _Node) -> None:
             one_stage.setdefault((sp, zero, "none"), est.memory)
             b = est.breakdown
             for v in vpps:
-                refined = est.step_time_s - b.pp_p2p_s - b.pp_bubble_s * (1 - 1 / v)
+                # ZeRO-2's per-micro-batch reduce-scatters hide behind a window that grows with
+                # interleaving and recomputation (step._zero_per_microbatch), so only >= 0 holds.
+                refined = (est.step_time_s - b.pp_p2p_s - b.pp_bubble_s * (1 - 1 / v)
+                           - b.zero_exposed_s)
                 heapq.heappush(heap, (refined, 1, v, sp, zero))
             continue
         for recompute in options.recompute:
