@@ -89,7 +89,7 @@ def plan_in_steps(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     best = candidates[0]
     variants: Iterator[WhatIf] = iter(())
     if with_what_ifs:  # they start now (forked where there is a second CPU), beside what follows
-        variants = what_ifs(model, cluster, job, recommend_fn, result.tuples, profile)
+        variants = what_ifs(model, cluster, job, recommend_fn, top_k=top_k, profile=profile)
     say("estimating the common default")
     baseline = common_default(model, cluster, job, best.layout.num_gpus, _paced(estimate_fn),
                               profile)

@@ -1,13 +1,15 @@
 """What would change the answer: the best layout again at half and twice the batch, twice the nodes.
 
-Each variant searches only the degree tuples of the main search's costed table (for twice the
-nodes, each with one of dp, pp, cp or tp doubled) instead of the whole space again: three more
-full searches took 60-75 % of the command's time, most of it bounding tuples that cannot win.
-Within those tuples every knob (micro-batch, virtual stages, ZeRO, recompute, SP) is searched,
-placed and ranked by the same solver code with the same CP-SAT budget as the main search (a
-smaller budget places worse and can fake a flip). Only when none of those tuples runs in the
-variant is its whole space searched, so "no layout works" is never claimed of a variant that has
-one. bench/search_speed.py compares the answers with full searches of each variant.
+Each variant is a fresh search of its own problem, the same ``recommend`` call (the same top-k,
+bounds, CP-SAT budget and tie-breaks) a user's run of the command on the varied inputs makes, so
+a what-if sentence never says what a search of that variant would contradict. A variant's best
+layout need not be among the main table's rows: that table keeps only the degree tuples within
+reach of the main top k, and another batch or cluster can make one outside that reach win
+(Llama 3.1 405B on 16,384 H100: re-ranking only the main table's 73 rows printed "The answer
+holds at twice the global batch" where a search of that batch finds TP=8 PP=8 CP=2 VPP=8).
+The searches stay affordable because the table's exact bounds (placer.solver.table) skip what
+cannot win, and they start right after the main search in forked children
+(``forked.forked_map``).
 Which variants run depends only on the inputs (never on elapsed time), so the same inputs always
 give the same explanation. Twice the nodes is tried on regular clusters only: doubling a cluster
 with failed GPUs or several node pools is not a question anyone asks.
@@ -15,9 +17,9 @@ with failed GPUs or several node pools is not a question anyone asks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -28,15 +30,9 @@ from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 
-if TYPE_CHECKING:  # the solver (ortools) loads only when a search runs
-    from placer.solver.space import Degrees
-
 RecommendFn = Callable[..., Any]
 MAX_GPUS_FOR_MORE_NODES = 4096
 """Twice the nodes is tried only up to this many GPUs after doubling, to keep the command fast."""
-GROWN_DIMS = ("dp", "pp", "cp", "tp")
-"""The degrees one of which a layout doubles to use twice the nodes."""
-
 
 
 @dataclass(frozen=True)
@@ -73,36 +69,21 @@ def _with_batch(job: Job, global_batch: int) -> Job | None:
         return None
 
 
-def tuples_for(tuples: Sequence[Degrees], cluster: Cluster, variant: Cluster) -> list[Degrees]:
-    """The degree tuples a variant searches: the main search's as they are for another batch;
-    with twice the nodes, each of them with one of dp, pp, cp or tp doubled."""
-    if variant.num_gpus == cluster.num_gpus:
-        return list(tuples)
-    factor = variant.num_gpus // cluster.num_gpus
-    if factor * cluster.num_gpus != variant.num_gpus:
-        return []
-    return [replace(d, **{dim: factor * getattr(d, dim)}) for d in tuples for dim in GROWN_DIMS]
-
-
-def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn,
-             tuples: Sequence[Degrees], profile: Any = None) -> Iterator[WhatIf]:
-    """The best layout of each variant over the degree ``tuples`` of the main search's table
-    (``tuples_for``), in the order of ``variants``. They are independent searches, so they start
-    at once, in forked children where there is a second CPU and a second cluster to search
-    (``forked.forked_map``), while the caller prints the main answer; each is yielded as soon as
-    it is known. Only its layout and
-    step time are read, so ``recommend_fn`` (``placer.solver.recommend``) writes no rank map."""
+def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn, *,
+             top_k: int, profile: Any = None) -> Iterator[WhatIf]:
+    """The best layout of each variant, in the order of ``variants``: ``recommend_fn``
+    (``placer.solver.recommend``) of the variant with the main search's ``top_k`` and
+    ``profile``, so its #1 is the one a fresh run on the varied inputs prints. They are
+    independent searches, so they start at once, in forked children where there is a second CPU
+    and a second cluster to search (``forked.forked_map``), while the caller prints the main
+    answer; each is yielded as soon as it is known. Only its layout and step time are read, so no
+    rank map is written (``rank_maps=False``: it changes no candidate's layout or figures)."""
 
     def solve(variant: tuple[str, Cluster, Job]) -> WhatIf:
         label, variant_cluster, variant_job = variant
-        among = tuples_for(tuples, cluster, variant_cluster)
         try:
-            try:
-                found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
-                                     profile=profile, among=among, rank_maps=False)
-            except PlacerError:  # none of those tuples runs there: search the whole space
-                found = recommend_fn(model, variant_cluster, variant_job, top_k=1,
-                                     profile=profile, rank_maps=False)
+            found = recommend_fn(model, variant_cluster, variant_job, top_k=top_k,
+                                 profile=profile, rank_maps=False)
         except PlacerError as exc:
             return WhatIf(label, None, None, str(exc))
         best = found.candidates[0]

@@ -81,9 +81,6 @@ class RecommendResult:
     candidates: list[Candidate]
     stats: SearchStats
     detail: SearchDetail
-    tuples: list[Degrees] = field(default_factory=list)
-    """The degree tuples of the costed table's rows, best row first: the ones a what-if
-    searches again for a variant of the job (``among``)."""
 
 
 def _nvlink_size(cluster: Cluster) -> int:
@@ -309,14 +306,13 @@ def search_space(model: Model, cluster: Cluster, job: Job) -> Space:
 def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
               profile: LinkProfile | None = None,
               time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-              among: Sequence[Degrees] | None = None,
               rank_maps: bool = True) -> RecommendResult:
     """The best ``top_k`` distinct layouts with their placements, best first.
 
     ``time_limit_s`` is CP-SAT's budget in deterministic seconds (about seconds of one core);
-    placement gets half of it, so the answer does not depend on machine load. With ``among``
-    only those of the space's degree tuples are searched (a what-if re-ranks the tuples of the
-    main search's table), every knob setting of them as usual.
+    placement gets half of it, so the answer does not depend on machine load. The whole space
+    of degree tuples is searched every time (the table's bounds are exact, so nothing that could
+    win is skipped): a what-if of the report is this same call on its varied problem.
     Rank maps (one entry per GPU: most of the time at 100,000 GPUs) are written for the final
     candidates only; ``rank_maps=False`` leaves them empty, for callers that read only the
     layouts and their figures (the what-ifs).
@@ -324,17 +320,17 @@ def recommend(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
     """
     started = time.perf_counter()
     memo = CostMemo()  # the validated search costs the same job under one more constraint
-    first = _ranked(model, cluster, job, top_k, profile, time_limit_s, among, memo)
+    first = _ranked(model, cluster, job, top_k, profile, time_limit_s, memo)
     picks, note = prefer_validated(
         first.placed[:top_k], job,
         lambda validated: _ranked(model, cluster, validated, top_k, profile, time_limit_s,
-                                  among, memo).placed[:top_k], top_k)
+                                  memo).placed[:top_k], top_k)
     candidates = [_candidate(p, model, cluster, job, first.space.topology, rank_maps)
                   for p in picks]
     if note:
         candidates = [noted(c, job) for c in candidates]
     stats = first.stats.model_copy(update={"wall_s": time.perf_counter() - started})
-    return RecommendResult(candidates, stats, first.detail, first.tuples)
+    return RecommendResult(candidates, stats, first.detail)
 
 
 @dataclass(frozen=True)
@@ -345,19 +341,15 @@ class _Searched:
     placed: list[_Placed]
     stats: SearchStats
     detail: SearchDetail
-    tuples: list[Degrees]
 
 
 def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkProfile | None,
-            time_limit_s: float, among: Sequence[Degrees] | None, memo: CostMemo) -> _Searched:
+            time_limit_s: float, memo: CostMemo) -> _Searched:
     """The table, the selection's picks and each pick's best placement, ranked
     (``recommend``)."""
     started = time.perf_counter()
     space = search_space(model, cluster, job)
     topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
-    if among is not None:
-        kept = set(among)
-        degrees = [d for d in degrees if d in kept]
     rows, table = build_table(model, cluster, job, degrees, keep=top_k, profile=profile,
                               memo=memo)
     if not rows:
@@ -390,7 +382,7 @@ def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkP
                         solver_status=selection.status, wall_s=time.perf_counter() - started)
     detail = _detail(table, rows, selection.status, selection.solves, costed,
                      placed[0].estimate.layout.num_gpus, notes)
-    return _Searched(space, placed, stats, detail, list(dict.fromkeys(r.degrees for r in rows)))
+    return _Searched(space, placed, stats, detail)
 
 
 def _detail(table: TableStats, rows: list[Row], status: str, solves: int, costed: int,
