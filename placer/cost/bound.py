@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placer.cost.compute import PassTimes, layer_work, logits_work, pass_times
+from placer.cost.compute import (
+    PassTimes,
+    layer_work,
+    linear_precision,
+    logits_work,
+    pass_times,
+)
 from placer.cost.options import CostOptions
 from placer.cost.params import stage_shapes
 from placer.cost.pipeline import bubble_s
@@ -30,12 +36,6 @@ from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
-
-
-def linear_precision(job: Job, options: CostOptions) -> str:
-    """The precision the linear layers' GEMMs run in: NVFP4 under an NVFP4 recipe
-    (``CostOptions.fp4_gemms``), else the job's (as ``step.estimate_with`` prices them)."""
-    return "fp4" if options.fp4_gemms and job.precision == "fp8" else job.precision
 
 
 @dataclass(frozen=True)

@@ -342,6 +342,12 @@ NVFP4_OPERAND_BYTES = 0.5 + 1 / 16
 OPERAND_BYTES = {"fp8": 1.0, "fp4": NVFP4_OPERAND_BYTES}
 
 
+def linear_precision(job: Job, options: CostOptions) -> str:
+    """The precision the linear layers' GEMMs run in: NVFP4 under an NVFP4 recipe
+    (``CostOptions.fp4_gemms``), else the job's. MFU stays of the job's precision's peak."""
+    return "fp4" if options.fp4_gemms and job.precision == "fp8" else job.precision
+
+
 @lru_cache(maxsize=65536)
 def wave_efficiency(m: float, n: float, k: float, sms: int, group: int = 1) -> float:
     """Useful fraction of the thread-block slots a GEMM occupies: ``m x n`` of output over

@@ -25,6 +25,7 @@ from placer.cost.compute import (
     attention_forward_s,
     gemm_times,
     layer_work,
+    linear_precision,
     logits_work,
     model_flops_per_step,
     optimizer_step_time,
@@ -215,9 +216,7 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     m = max(1, layout.num_microbatches(job.global_batch_size))
     shapes = stage_shapes(model, layout)
     tokens = tokens_per_gpu(job, layout)
-    # The linear layers' GEMMs run in NVFP4 under an NVFP4 recipe (CostOptions.fp4_gemms); MFU
-    # stays of the job's precision's peak.
-    precision = "fp4" if options.fp4_gemms and job.precision == "fp8" else job.precision
+    precision = linear_precision(job, options)  # NVFP4 GEMMs under an NVFP4 recipe
     dense_work = layer_work(model, job, layout, False, options)
     modules = layout.recompute_modules
     dense = pass_times(dense_work, calib, precision, layout.recompute, modules=modules)
