@@ -53,6 +53,14 @@ EXTRA_PICKS = 3
 """Picks beyond top K that also get a placement search, since a better placement can move one
 into the top K. The table is exact for the top K; the extras are the best rows it holds."""
 
+SEARCHED_K_AT_LEAST = 5
+"""The fewest rows the table keeps exact and the selection picks for, whatever ``top_k`` asks:
+on an irregular cluster the picks are re-priced after placement (worst groups, a mixed cluster's
+uneven split by GPU type), which reorders them, so searching fewer would make ``--top 1``'s #1 a
+worse layout than ``--top 5``'s (examples/mixed-a100-h100 at batch 1,024: 37 % slower). It is
+the command's default ``--top`` (cli.recommend_command.DEFAULT_TOP_K): any ``top_k`` up to it
+returns the first ``top_k`` of that search."""
+
 
 @dataclass(frozen=True)
 class SearchDetail:
@@ -350,7 +358,8 @@ def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkP
     started = time.perf_counter()
     space = search_space(model, cluster, job)
     topology, capacity, degrees = space.topology, space.tp_capacity, space.degrees
-    rows, table = build_table(model, cluster, job, degrees, keep=top_k, profile=profile,
+    searched_k = max(top_k, SEARCHED_K_AT_LEAST)
+    rows, table = build_table(model, cluster, job, degrees, keep=searched_k, profile=profile,
                               memo=memo)
     if not rows:
         reason = memory_reason(model, cluster, job, table)
@@ -358,7 +367,7 @@ def _ranked(model: Model, cluster: Cluster, job: Job, top_k: int, profile: LinkP
             reason = f"{space.note}; and with fewer GPUs {reason}"
         raise InfeasibleError(reason)
     max_tp = None if job.allow_tp_outside_nvlink else max(capacity)
-    selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=top_k + EXTRA_PICKS,
+    selection = select_top(rows, job, [r.layout.num_gpus for r in rows], k=searched_k + EXTRA_PICKS,
                            max_tp=max_tp)
     placed: list[_Placed] = []
     for index in selection.picks:
