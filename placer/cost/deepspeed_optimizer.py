@@ -10,7 +10,9 @@ in the 0.19.8 wheel) it reads the ZeRO stage, fp16/bf16 and ``data_types.grad_ac
 - stage 0, accumulation in the model's dtype: fp32 runs the client optimizer as it is; bf16
   under the pipeline engine ``BF16_Optimizer`` (with a warning); fp16, and bf16 without the
   pipeline engine (``DDP_BFLOAT16``), ``FP16_Optimizer``;
-- stage 0 with another accumulation dtype (bf16 with fp32): refused (``NotImplementedError``).
+- stage 0 with another accumulation dtype (bf16 with fp32): DeepSpeed refuses it at start-up;
+  ``optimizer_wrapper`` raises ValueError naming the fix, and ``check`` reports it as
+  ``framework-refuses``.
 
 BigScience's BLOOM runs (DeepSpeed@2151c78 fp16, @56c5223 bf16, 2022) predate the dtype
 checks: ``_configure_optimizer`` picks ZeRO at stage >= 1, else ``FP16_Optimizer`` for fp16,

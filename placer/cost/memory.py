@@ -534,13 +534,16 @@ def deepspeed_engine_memory(job: Job, layout: Layout,
     """The job and options as DeepSpeed's engine runs ``layout`` from placer's DeepSpeed config
     (options.deepspeed_engine): its optimizer wrapper's memory flags, and gradients in the
     accumulation dtype, bf16 (no ``data_types`` in the file; deepspeed_optimizer.py), which is
-    also the dtype DeepSpeed reduces them in (step.estimate_with)."""
+    also the dtype DeepSpeed reduces them in (step.estimate_with). The returned options are
+    resolved (``deepspeed_engine`` off), so memory_estimate under estimate_with does not resolve
+    them again."""
     wrapper = deepspeed_optimizer.placer_wrapper(layout.zero_stage, layout.pp)
     grad_bytes = deepspeed_optimizer.gradient_bytes(wrapper, "bf16")
     if grad_bytes != job.optimizer.grad_bytes:
         job = job.model_copy(update={"optimizer": job.optimizer.model_copy(
             update={"grad_bytes": grad_bytes})})
-    return job, replace(options, **deepspeed_optimizer.memory_flags(wrapper))
+    return job, replace(options, deepspeed_engine=False,
+                        **deepspeed_optimizer.memory_flags(wrapper))
 
 
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
@@ -591,8 +594,9 @@ def training_state_bytes(model: Model, job: Job) -> int:
     """Weights, gradients and optimizer state of the whole model (what ZeRO-3 can shard), with
     the gradient bytes DeepSpeed's ZeRO-3 accumulates in on a DeepSpeed stack."""
     opt = job.optimizer
-    if job_options(job).deepspeed_engine:
-        opt = deepspeed_engine_memory(job, Layout(zero_stage=3), job_options(job))[0].optimizer
+    options = job_options(job)
+    if options.deepspeed_engine:
+        opt = deepspeed_engine_memory(job, Layout(zero_stage=3), options)[0].optimizer
     per_param = opt.param_bytes + opt.grad_bytes + opt.sharded_state_bytes
     return total_params(model) * per_param
 
