@@ -279,20 +279,21 @@ def test_check_reads_zero3_live_parameter_limit() -> None:
     assert parsed.settings.deepspeed_optimizer == "DeepSpeedZeroOptimizer_Stage3"
 
 
+def _dp_messages(layout: Layout, stack: str | None) -> dict[str, int]:
+    """Bytes of each data-parallel collective of ``layout`` for SMALL on two DGX H100 nodes."""
+    from placer.cost import estimate
+
+    est = estimate(SMALL, cluster_preset("dgx-h100").with_nodes(2),
+                   Job(seq_len=256, global_batch_size=128, stack=stack), layout)
+    return {c.collective: c.message_bytes for c in est.collectives if c.dimension == "dp"}
+
+
 def test_deepspeed_stack_reduces_gradients_in_bf16() -> None:
     """DeepSpeed 0.19's communication dtype follows bf16.enabled (engine.py
     communication_data_type): the ZeRO-1 gradient reduce-scatter moves as many bytes as the
     bf16 parameter all-gather, against twice as many for Megatron's fp32 main gradients."""
-    from placer.cost import estimate
-
-    cluster, layout = cluster_preset("dgx-h100").with_nodes(2), Layout(dp=16, zero_stage=1)
-
-    def sizes(stack: str | None) -> dict[str, int]:
-        est = estimate(SMALL, cluster, Job(seq_len=256, global_batch_size=128, stack=stack),
-                       layout)
-        return {c.collective: c.message_bytes for c in est.collectives if c.dimension == "dp"}
-
-    ds, megatron = sizes("deepspeed@0.19"), sizes(None)
+    layout = Layout(dp=16, zero_stage=1)
+    ds, megatron = _dp_messages(layout, "deepspeed@0.19"), _dp_messages(layout, None)
     assert ds["reduce_scatter"] == ds["all_gather"] == megatron["all_gather"]
     assert megatron["reduce_scatter"] == 2 * megatron["all_gather"]
 
@@ -301,15 +302,7 @@ def test_bf16_optimizer_at_stage_0_all_reduces_and_gathers_back() -> None:
     """BF16_Optimizer (ZeRO 0 under the pipeline engine): the bf16 gradient all-reduce, then
     the updated bf16 parameters all-gathered over DP (bf16_optimizer.py update_lp_params);
     Megatron's ZeRO 0 all-reduces fp32 main gradients and gathers nothing."""
-    from placer.cost import estimate
-
-    cluster, layout = cluster_preset("dgx-h100").with_nodes(2), Layout(pp=2, dp=8)
-
-    def calls(stack: str | None) -> dict[str, int]:
-        est = estimate(SMALL, cluster, Job(seq_len=256, global_batch_size=128, stack=stack),
-                       layout)
-        return {c.collective: c.message_bytes for c in est.collectives if c.dimension == "dp"}
-
-    ds, megatron = calls("deepspeed@0.19"), calls(None)
+    layout = Layout(pp=2, dp=8)
+    ds, megatron = _dp_messages(layout, "deepspeed@0.19"), _dp_messages(layout, None)
     assert set(ds) == {"all_reduce", "all_gather"} and ds["all_gather"] == ds["all_reduce"]
     assert set(megatron) == {"all_reduce"} and megatron["all_reduce"] == 2 * ds["all_reduce"]
