@@ -343,6 +343,10 @@ def case_for(record: dict[str, Any]) -> Case:
     rid = record["id"]
     layout_rec, batch, result = record["layout"], record["batch"], record["result"]
     other = result.get("other") or {}
+    if other.get("known_regression"):
+        # A figure its source calls a bug to be fixed (a kernel regression) measures the bug,
+        # not the stack the cost model prices.
+        raise Skip(f"the source reports a known regression: {other['known_regression']}")
     if layout_rec.get("tp") is None or layout_rec.get("pp") is None:
         raise Skip("tp/pp split not stated")
     seq = record["model"].get("seq_length")

@@ -24,7 +24,8 @@ import accuracy  # noqa: E402
 DATA = json.loads(RUNS.read_text(encoding="utf-8"))
 RECORDS = DATA["records"]
 # Reasons a row may be skipped: the source does not give what placer needs.
-SOURCE_GAPS = ("not stated", "no dimensions given", "not given", "no cluster preset")
+SOURCE_GAPS = ("not stated", "no dimensions given", "not given", "no cluster preset",
+               "the source reports a known regression")
 
 
 def test_ids_are_unique() -> None:
@@ -74,3 +75,21 @@ def test_the_calibration_set_meets_the_issue_floor() -> None:
     sources = {c.source for c in measured}
     assert len(measured) >= 200, len(measured)
     assert len(sources) >= 8, sorted(sources)
+
+
+def test_megatron_bridge_rows_split_their_global_batch_into_micro_batches() -> None:
+    """Megatron splits a step's global batch into GBS / (MBS x DP) micro-batches per rank and
+    refuses a global batch that does not divide (megatron-core num_microbatches_calculator.py:
+    'global batch size ... is not divisible by micro batch size ... times data parallel size'):
+    a Bridge row whose MBS, GA and DP do not multiply to its GBS has a misread field (the 25.11
+    H100 GPT-OSS row printed the B200 row's MBS 4 and GA 2)."""
+    bad = []
+    for r in RECORDS:
+        batch, dp = r["batch"], r["layout"].get("dp")
+        if r["source_id"] not in accuracy.MEGATRON_BRIDGE_SOURCES or not dp:
+            continue
+        mbs, gbs, ga = (batch.get(k) for k in
+                        ("micro_batch_size", "global_batch_size", "grad_accum_steps"))
+        if mbs and gbs and (gbs % (mbs * dp) or (ga and ga * mbs * dp != gbs)):
+            bad.append((r["id"], gbs, mbs, dp, ga))
+    assert bad == []
