@@ -558,7 +558,8 @@ DEEPSPEED_PIPELINE_SOURCES = {"BLOOM_REPO", "NEOX20B", "MTNLG22"}
 # micro-batch. Rules, first match wins: (model, GPU, first release, last release, MXFP8 only,
 # layout fields the config pins, dispatcher, overlap). Where the layout tells the config variant
 # apart (B200 DeepSeek-V3 FP8-MX V2 of #3368: PP 8, VPP 2, EP 32; Qwen3-30B's micro-batch 4 that
-# came with HybridEP on B200; its EP 16 H100 config of v0.4.0 on), the rule pins it.
+# came with HybridEP on B200; its EP 16 H100 config, from #2477 in 26.02.01's branch on), the rule
+# pins it.
 BridgeDispatch = tuple[str, str, tuple[int, int], tuple[int, int], bool, dict[str, int], str, bool]
 BRIDGE_MOE_DISPATCH: tuple[BridgeDispatch, ...] = (
     ("deepseekv3", "b200", (25, 11), (99, 99), True, {"pp": 8, "vpp": 2, "ep": 32}, "flex", True),
@@ -567,7 +568,7 @@ BRIDGE_MOE_DISPATCH: tuple[BridgeDispatch, ...] = (
     ("qwen330ba3b", "gb200", (26, 6), (99, 99), True, {}, "flex", True),
     ("qwen330ba3b", "gb200", (25, 11), (99, 99), False, {}, "flex", False),
     ("qwen330ba3b", "b200", (25, 11), (99, 99), False, {"mbs": 4}, "flex", False),
-    ("qwen330ba3b", "h100", (26, 4), (99, 99), False, {"ep": 16}, "flex", False),
+    ("qwen330ba3b", "h100", (26, 2), (99, 99), False, {"ep": 16}, "flex", False),
     ("qwen330ba3b", "h100", (26, 2), (26, 2), False, {}, "flex", True),
     ("qwen330ba3b", "h100", (25, 11), (25, 11), False, {}, "alltoall", True),
     ("qwen3235ba22b", "gb200", (26, 6), (99, 99), True, {"vpp": 3, "ep": 32}, "flex", True),
@@ -582,6 +583,10 @@ BRIDGE_MOE_DISPATCH: tuple[BridgeDispatch, ...] = (
 
 # NeMo AutoModel (PyTorch FSDP2 + Transformer Engine + DeepEP): its experts' GEMM backend.
 AUTOMODEL_SOURCES = {"AUTOMODEL_2604"}
+# Sources whose ZeRO-3 is PyTorch FSDP, whose sharded parameter is the fp32 master copy
+# (CostOptions.fsdp_sharded_master): FSDP2's fully_shard (torchtitan, NeMo AutoModel: each row's
+# dp_sharding says so) and Composer's FSDP1 (llm-foundry).
+PYTORCH_FSDP_SOURCES = TORCHTITAN_SOURCES | AUTOMODEL_SOURCES | {"LLMFOUNDRY_MPT"}
 
 
 # Megatron-Bridge MXFP8 workload configs that capture the whole iteration in CUDA graphs
@@ -693,7 +698,8 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's
                        # NVFP4BlockScaling) run the linear layers' GEMMs in FP4.
-                       fp4_gemms="fp4" in (record.get("precision") or "").lower())
+                       fp4_gemms="fp4" in (record.get("precision") or "").lower(),
+                       fsdp_sharded_master=source in PYTORCH_FSDP_SOURCES)
 
 
 def eq3_flops_per_token(model: Model, seq: int) -> float:
