@@ -583,6 +583,10 @@ BRIDGE_MOE_DISPATCH: tuple[BridgeDispatch, ...] = (
 
 # NeMo AutoModel (PyTorch FSDP2 + Transformer Engine + DeepEP): its experts' GEMM backend.
 AUTOMODEL_SOURCES = {"AUTOMODEL_2604"}
+# Sources whose ZeRO-3 is PyTorch FSDP, whose sharded parameter is the fp32 master copy
+# (CostOptions.fsdp_sharded_master): FSDP2's fully_shard (torchtitan, NeMo AutoModel: each row's
+# dp_sharding says so) and Composer's FSDP1 (llm-foundry).
+PYTORCH_FSDP_SOURCES = TORCHTITAN_SOURCES | AUTOMODEL_SOURCES | {"LLMFOUNDRY_MPT"}
 
 
 # Megatron-Bridge MXFP8 workload configs that capture the whole iteration in CUDA graphs
@@ -694,7 +698,8 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's
                        # NVFP4BlockScaling) run the linear layers' GEMMs in FP4.
-                       fp4_gemms="fp4" in (record.get("precision") or "").lower())
+                       fp4_gemms="fp4" in (record.get("precision") or "").lower(),
+                       fsdp_sharded_master=source in PYTORCH_FSDP_SOURCES)
 
 
 def eq3_flops_per_token(model: Model, seq: int) -> float:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from placer.cost import deepspeed_optimizer
+from placer.cost.memo import BATCH_FIELDS, cached, layout_fields, text_key
 from placer.cost.options import (
     DEEPSPEED_PREFETCH_BUCKET_PARAMS,
     DEEPSPEED_REDUCE_BUCKET_PARAMS,
@@ -28,12 +29,12 @@ from placer.cost.params import (
     stage_shapes,
     total_params,
 )
-from placer.cost.pipeline import microbatches_in_flight, parameter_copies
+from placer.cost.pipeline import microbatches_in_flight, parameter_copies, saturated_microbatches
 from placer.cost.profile import bounding_node_type, memory_terms
 from placer.cost.recompute import offloaded_layers, recomputed_fraction
 from placer.cost.stack_options import job_options
 from placer.spec.cluster import Cluster
-from placer.spec.job import Job
+from placer.spec.job import Job, Optimizer
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
@@ -380,7 +381,8 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         return count_dense + count_expert
 
     copies = parameter_copies(layout)  # DualPipe holds two stages' parameters per rank
-    weights = copies * sharded(params.dense, params.expert, 3) * opt.param_bytes
+    weight_bytes = sharded_weight_bytes(opt, options) if zero >= 3 else opt.param_bytes
+    weights = copies * sharded(params.dense, params.expert, 3) * weight_bytes
     gradients = copies * sharded(params.dense, params.expert, 2) * opt.grad_bytes
     # BF16_Optimizer partitions its fp32 state over the data-parallel group at any stage
     bf16_optimizer = options.deepspeed_bf16_optimizer
@@ -461,6 +463,15 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         transient = layer_params * opt.grad_bytes  # a layer's gradients before reduce-scatter
     return _StageMemory(weights, gradients, optimizer, activations, logits, moe_buffers,
                         transient, reallocated, step_transient)
+
+
+def sharded_weight_bytes(opt: Optimizer, options: CostOptions) -> int:
+    """Bytes per parameter of the weight shard ZeRO-3 keeps beside the optimizer state: none
+    under PyTorch FSDP with an fp32 master copy, whose sharded parameter is that master
+    (options.fsdp_sharded_master); else the working dtype's."""
+    if options.fsdp_sharded_master and opt.master_param_bytes > 0:
+        return 0
+    return opt.param_bytes
 
 
 def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job,
@@ -546,12 +557,30 @@ def deepspeed_engine_memory(job: Job, layout: Layout,
                         **deepspeed_optimizer.memory_flags(wrapper))
 
 
+_MEMORY: dict[tuple[object, ...], MemoryBreakdown] = {}
+
+
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
                     options: CostOptions | None = None,
                     profile: LinkProfile | None = None) -> MemoryBreakdown:
     """Peak memory of the worst pipeline stage (cheap: no topology, O(pp + layers)); options
     None: the job's own on its stack (stack_options.job_options). A profile's measured memory
-    terms (``LinkProfile.memory``) scale the dynamic part and add their overhead."""
+    terms (``LinkProfile.memory``) scale the dynamic part and add their overhead.
+
+    Cached under value keys (placer.cost.memo). The global batch enters only through the
+    micro-batches in flight (``_stage_memory``), so the key holds the saturated micro-batch
+    count (pipeline.saturated_microbatches) in its place: a search at another global batch
+    finds most layouts here."""
+    m = saturated_microbatches(layout, layout.num_microbatches(job.global_batch_size))
+    key = (text_key(model), text_key(cluster), text_key(job, BATCH_FIELDS),
+           layout_fields(layout), options, None if profile is None else text_key(profile), m)
+    return cached(_MEMORY, key,
+                  lambda: _memory_estimate(model, cluster, job, layout, options, profile))
+
+
+def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
+                     options: CostOptions | None,
+                     profile: LinkProfile | None) -> MemoryBreakdown:
     if options is None:
         options = job_options(job)
     if options.deepspeed_engine:
@@ -592,12 +621,13 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
 
 def training_state_bytes(model: Model, job: Job) -> int:
     """Weights, gradients and optimizer state of the whole model (what ZeRO-3 can shard), with
-    the gradient bytes DeepSpeed's ZeRO-3 accumulates in on a DeepSpeed stack."""
+    the gradient bytes DeepSpeed's ZeRO-3 accumulates in on a DeepSpeed stack and the weight
+    shard the stack keeps (sharded_weight_bytes)."""
     opt = job.optimizer
     options = job_options(job)
     if options.deepspeed_engine:
         opt = deepspeed_engine_memory(job, Layout(zero_stage=3), options)[0].optimizer
-    per_param = opt.param_bytes + opt.grad_bytes + opt.sharded_state_bytes
+    per_param = sharded_weight_bytes(opt, options) + opt.grad_bytes + opt.sharded_state_bytes
     return total_params(model) * per_param
 
 

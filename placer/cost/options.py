@@ -88,6 +88,16 @@ class CostOptions:
     """ZeRO-3 without pipelining: None gathers whole layers (FSDP units: the current layer and
     the prefetched next); a number bounds the parameters held at once as DeepSpeed does
     (``stage3_max_live_parameters``, 1e9 by default), fetching per submodule."""
+    fsdp_sharded_master: bool = False
+    """PyTorch FSDP (FSDP2's ``fully_shard``, FSDP1's flat parameters; torchtitan, NeMo
+    AutoModel, llm-foundry's Composer) at ZeRO-3 keeps one sharded parameter in the model's dtype,
+    which the optimizer updates in place, and casts it to the mixed-precision ``param_dtype``
+    only for the all-gather (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    ``all_gather_inputs``; FSDP1 frees its low-precision shard after the all-gather): with an
+    fp32 master copy no sharded working-dtype copy persists (memory.sharded_weight_bytes;
+    measured 16 bytes per parameter with Adam in tests/test_memory_fsdp_pytorch.py). False: a
+    working-dtype shard beside the fp32 master (DeepSpeed ZeRO-3's partitioned ``ds_tensor``;
+    Megatron's parameter buffer beside its distributed optimizer's main parameters)."""
     param_gather_overlap: bool = True
     """ZeRO-1/2 parameter all-gather (and FSDP prefetch) behind the next forward
     (Megatron --overlap-param-gather); False: on the critical path after the optimizer step."""

@@ -35,7 +35,9 @@ def options_for(job: Job, stack: Stack | None,
                                            else "te_streams"),
                        # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
                        fused_kernels=stack.defaults.fused_kernels,
-                       attention_kernel=stack.defaults.attention_kernel)
+                       attention_kernel=stack.defaults.attention_kernel,
+                       # PyTorch FSDP's sharded parameter is the fp32 master (options.py)
+                       fsdp_sharded_master=stack.framework in ("torchtitan", "fsdp2"))
     if stack is not None and stack.framework == "deepspeed":
         # DeepSpeed's optimizer wrapper per layout (placer.cost.deepspeed_optimizer) and its
         # ZeRO-3 fetch limit (options.DEEPSPEED_MAX_LIVE_PARAMS)
