@@ -79,6 +79,20 @@ def microbatches_in_flight(layout: Layout, stage: int, num_microbatches: int) ->
     return chunks / v
 
 
+def saturated_microbatches(layout: Layout, num_microbatches: int) -> int:
+    """The fewest micro-batches whose ``microbatches_in_flight`` equals that of
+    ``num_microbatches`` on every stage: the in-flight count of every schedule but GPipe stops
+    growing by 2p micro-batches (1F1B's p - r, interleaved ``(v + 1)p - 1`` chunks of v per
+    micro-batch, ZB-V and DualPipe at most p + 1), so memory need not be costed again for a
+    larger global batch."""
+    m = max(1, num_microbatches)
+    if layout.pp == 1:
+        return 1
+    if layout.pipeline_schedule == "gpipe":
+        return m
+    return min(m, 2 * layout.pp)
+
+
 def parameter_copies(layout: Layout) -> int:
     """Copies of its stage's parameters each rank keeps: two under DualPipe."""
     return 2 if layout.pp > 1 and layout.pipeline_schedule == "dualpipe" else 1
