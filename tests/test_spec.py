@@ -363,7 +363,9 @@ def test_gpu_peaks_and_capacity() -> None:
     a100, b200 = gpu_preset("A100-80GB"), gpu_preset("B200")
     assert a100.peak_flops("fp8") == a100.bf16_flops  # no FP8 on Ampere
     assert b200.peak_flops("fp8") == b200.fp8_flops
-    assert b200.capacity_bytes == b200.usable_memory_bytes < b200.memory_bytes
+    limited = b200.model_copy(update={"usable_memory_bytes": b200.memory_bytes // 2})
+    assert limited.capacity_bytes == limited.usable_memory_bytes < limited.memory_bytes
+    assert b200.capacity_bytes == b200.memory_bytes  # no usable figure: nvidia-smi's total
     with pytest.raises(PlacerError):
         load_cluster("no-such-cluster")
 
