@@ -794,17 +794,31 @@ def links_for(case: Case) -> GroupLinks:
     return _LINKS[case.record_id]
 
 
+_CALIBRATIONS: dict[str, Calibration] = {}
+
+
+def calibration_of(case: Case) -> Calibration:
+    """The case's cluster constants (``calibration_for``, a pure function), resolved once."""
+    if case.record_id not in _CALIBRATIONS:
+        _CALIBRATIONS[case.record_id] = calibration_for(case.cluster, case.profile)
+    return _CALIBRATIONS[case.record_id]
+
+
+def estimate_case(case: Case, calib: Calibration) -> Estimate:
+    """One case's estimate with the constants ``calib`` (the fit evaluates trials with it)."""
+    return estimate_with(case.model, case.cluster, case.job, case.layout, DEFAULT_ORDER,
+                         links_for(case), calib, case.options)
+
+
 def run(cases: list[Case], tune: Callable[[Calibration], Calibration] | None = None
         ) -> list[Outcome]:
     """Estimate every case; ``tune`` may replace constants (used by the fit scripts)."""
     outcomes = []
     for case in cases:
-        calib = calibration_for(case.cluster, case.profile)
+        calib = calibration_of(case)
         if tune is not None:
             calib = tune(calib)
-        est = estimate_with(case.model, case.cluster, case.job, case.layout, DEFAULT_ORDER,
-                            links_for(case), calib, case.options)
-        outcomes.append(Outcome(case, est))
+        outcomes.append(Outcome(case, estimate_case(case, calib)))
     return outcomes
 
 
@@ -855,40 +869,49 @@ def summarize(outcomes: list[Outcome], pairs: list[dict[str, Any]]) -> Summary:
         measured_fit=sum(o.estimate.fits for o in measured), measured_total=len(measured))
 
 
+# The shared fitted constants tune_from sets, by their Calibration field name.
+TUNED_SCALARS = ("elementwise_traffic_factor", "overlap_efficiency", "tp_overlap_efficiency",
+                 "zero_overlap_efficiency", "moe_dispatch_s_per_routed_token",
+                 "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
+                 "moe_host_s_per_layer", "moe_host_s_per_expert")
+
+
+def tuned_inputs(values: dict[str, Any], family: str, network_cluster: str | None
+                 ) -> dict[str, Any]:
+    """What of ``values`` tune_from puts in each Calibration field it sets, for a GPU family
+    and a profiled cluster (None: the field keeps the calibration's own value). A field the
+    family's rows do not fit (fit_compute.parameters) is its fallback family's, as in
+    profile.gemm_for."""
+    fitted = values.get("gemm", {})
+    inputs: dict[str, Any] = {
+        "gemm": {**fitted.get(FAMILY_FALLBACK.get(family, ""), {}), **fitted.get(family, {})},
+        "profile": values.get("networks", {}).get(network_cluster)}
+    inputs.update({name: values.get(name) for name in TUNED_SCALARS})
+    return inputs
+
+
+def network_cluster(calib: Calibration) -> str | None:
+    """The cluster whose fitted network bandwidth applies to ``calib`` (its link profile's)."""
+    return calib.profile.cluster if calib.profile else None
+
+
+def tuned(calib: Calibration, inputs: dict[str, Any]) -> Calibration:
+    """``calib`` with the constants of ``tuned_inputs`` set."""
+    gemm = calib.gemm.model_copy(update=inputs["gemm"]) if inputs["gemm"] else calib.gemm
+    network = inputs["profile"]
+    profile = calib.profile if network is None else jean_zay_profile(network)
+    scalars = {name: getattr(calib, name) if inputs[name] is None else inputs[name]
+               for name in TUNED_SCALARS}
+    return replace(calib, gemm=gemm, profile=profile, **scalars)
+
+
 def tune_from(values: dict[str, Any]) -> Callable[[Calibration], Calibration]:
     """A ``tune`` function that sets GEMM fields per family and the shared fitted constants."""
     def apply(calib: Calibration) -> Calibration:
         from placer.cost.profile import constant_family
 
-        family = constant_family(calib.gpu)
-        gemm = calib.gemm
-        # A field the family's rows do not fit (fit_compute.parameters) is its fallback
-        # family's, as in profile.gemm_for.
-        fitted = values.get("gemm", {})
-        per_family = {**fitted.get(FAMILY_FALLBACK.get(family, ""), {}), **fitted.get(family, {})}
-        if per_family:
-            gemm = gemm.model_copy(update=per_family)
-        factor = values.get("elementwise_traffic_factor", calib.elementwise_traffic_factor)
-        overlap = values.get("overlap_efficiency", calib.overlap_efficiency)
-        tp_overlap = values.get("tp_overlap_efficiency", calib.tp_overlap_efficiency)
-        zero_overlap = values.get("zero_overlap_efficiency", calib.zero_overlap_efficiency)
-        dispatch = values.get("moe_dispatch_s_per_routed_token",
-                              calib.moe_dispatch_s_per_routed_token)
-        half_keys = values.get("attention_half_keys", calib.attention_half_keys)
-        per_layer = values.get("moe_dispatch_s_per_layer", calib.moe_dispatch_s_per_layer)
-        sustained = values.get("gemm_sustained_fraction", calib.gemm_sustained_fraction)
-        host_layer = values.get("moe_host_s_per_layer", calib.moe_host_s_per_layer)
-        host_expert = values.get("moe_host_s_per_expert", calib.moe_host_s_per_expert)
-        profile = calib.profile
-        network = values.get("networks", {}).get(profile.cluster if profile else None)
-        if network is not None:
-            profile = jean_zay_profile(network)
-        return replace(calib, gemm=gemm, elementwise_traffic_factor=factor,
-                       overlap_efficiency=overlap, tp_overlap_efficiency=tp_overlap,
-                       zero_overlap_efficiency=zero_overlap, profile=profile,
-                       moe_dispatch_s_per_routed_token=dispatch, attention_half_keys=half_keys,
-                       moe_dispatch_s_per_layer=per_layer, gemm_sustained_fraction=sustained,
-                       moe_host_s_per_layer=host_layer, moe_host_s_per_expert=host_expert)
+        return tuned(calib, tuned_inputs(values, constant_family(calib.gpu),
+                                         network_cluster(calib)))
     return apply
 
 

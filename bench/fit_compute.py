@@ -24,14 +24,18 @@ bench/accuracy.py) and the accuracy they give.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy  # noqa: E402
+
+from placer.cost import Calibration  # noqa: E402
 
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token",
            "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
@@ -41,6 +45,8 @@ GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_p
 # (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
 # cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
 Parameter = tuple[str, str, float, float]
+# The rows' predicted tokens/s per GPU under some constants.
+Predict = Callable[[list[accuracy.Case], dict[str, Any]], list[float]]
 ROUNDS = 8
 CYCLES = 6
 # Fixed starting point, so the fit does not depend on the constants it is asked to refit.
@@ -134,43 +140,89 @@ def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
     return new
 
 
-_PREDICTED: dict[tuple[str, str], float] = {}
+# The Calibration fields accuracy.tune_from sets: every other field is the case's own
+# (accuracy.calibration_of), the same in every trial.
+TUNED = ("gemm", "profile", *accuracy.TUNED_SCALARS)
+_TUNED_SET = frozenset(TUNED)
+# Attribute reads that expose every field at once (copying, pickling): they count as reading all.
+_WHOLE = frozenset({"__dict__", "__reduce__", "__reduce_ex__", "__getstate__"})
+_READ: set[str] = set()
+_FIELDS = tuple(f.name for f in dataclasses.fields(Calibration))
 
 
-def _relevant(values: dict[str, Any], case: accuracy.Case) -> str:
-    """The constants one case's estimate depends on (its family's GEMM fields, the shared ones,
-    its network), as a key: a trial that moves another family's constant reuses the estimate."""
-    family = values["gemm"].get(case.family, {})
-    network = values["networks"].get(case.cluster.name)
-    shared = tuple(values[name] for name in GLOBALS)
-    return repr((sorted(family.items()), shared, network))
+class _Traced(Calibration):
+    """A Calibration that notes which tuned fields an estimate reads (``_READ``)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _TUNED_SET:
+            _READ.add(name)
+        elif name in _WHOLE:
+            _READ.update(TUNED)
+        return object.__getattribute__(self, name)
+
+
+# Per case: the tuned fields each earlier estimate read, and its throughput under the inputs
+# (accuracy.tuned_inputs) those fields had. An estimate is a deterministic function of its case
+# and its Calibration, so one whose read fields hold the same values reads nothing else and gives
+# the same figure: a trial re-costs only the rows that read the constant it moves (a family's
+# GEMM fields: that family's rows; the MoE layer terms: MoE rows; TP overlap: overlapped-TP rows).
+_READ_SETS: dict[str, list[tuple[str, ...]]] = {}
+_PREDICTED: dict[tuple[str, tuple[str, ...], tuple[str, ...]], float] = {}
+_CASE_KEYS: dict[str, tuple[str, str | None]] = {}  # record -> (GPU family, profiled cluster)
 
 
 def predicted_tps(cases: list[accuracy.Case], values: dict[str, Any]) -> list[float]:
-    tune = accuracy.tune_from(values)
+    """Each case's predicted tokens/s per GPU under ``values``, re-costed only where a field an
+    earlier estimate of that case read now has another value (repr keys: exact for floats)."""
+    inputs_for: dict[tuple[str, str | None], tuple[dict[str, Any], dict[str, str]]] = {}
     out = []
     for case in cases:
-        key = (case.record_id, _relevant(values, case))
-        if key not in _PREDICTED:
-            _PREDICTED[key] = accuracy.run([case], tune)[0].predicted_tps
-        out.append(_PREDICTED[key])
+        rid = case.record_id
+        if rid not in _CASE_KEYS:
+            _CASE_KEYS[rid] = (case.family,
+                               accuracy.network_cluster(accuracy.calibration_of(case)))
+        where = _CASE_KEYS[rid]
+        if where not in inputs_for:
+            inputs = accuracy.tuned_inputs(values, *where)
+            inputs_for[where] = (inputs, {name: repr(sorted(value.items()) if name == "gemm"
+                                                     else value)
+                                          for name, value in inputs.items()})
+        inputs, keys = inputs_for[where]
+        known = _READ_SETS.setdefault(rid, [])
+        tps = None
+        for names in known:
+            tps = _PREDICTED.get((rid, names, tuple(keys[name] for name in names)))
+            if tps is not None:
+                break
+        if tps is None:
+            calib = accuracy.tuned(accuracy.calibration_of(case), inputs)
+            traced = _Traced(**{name: getattr(calib, name) for name in _FIELDS})
+            _READ.clear()
+            tps = accuracy.Outcome(case, accuracy.estimate_case(case, traced)).predicted_tps
+            names = tuple(name for name in TUNED if name in _READ)
+            if names not in known:
+                known.append(names)
+            _PREDICTED[(rid, names, tuple(keys[name] for name in names))] = tps
+        out.append(tps)
     return out
 
 
-def loss(cases: list[accuracy.Case], values: dict[str, Any]) -> float:
-    predicted = predicted_tps(cases, values)
+def loss(cases: list[accuracy.Case], values: dict[str, Any],
+         predict: Predict = predicted_tps) -> float:
+    predicted = predict(cases, values)
     errors = [abs(math.log(p / c.reported_tps)) for p, c in zip(predicted, cases, strict=True)]
     return sum(errors) / len(errors)
 
 
-def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES
-        ) -> dict[str, Any]:
+def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES,
+        predict: Predict = predicted_tps) -> dict[str, Any]:
     """Coordinate search: each constant in turn over a shrinking grid, restarted until the
-    restart no longer improves the loss (the constants interact, so one sweep stops early)."""
+    restart no longer improves the loss (the constants interact, so one sweep stops early).
+    ``predict`` gives the rows' throughputs under some constants (tests pass a plain one)."""
     measured = [c for c in cases if not c.oom]
     params = parameters(measured)
     values = initial(params)
-    best = loss(measured, values)
+    best = loss(measured, values, predict)
     for _ in range(cycles):
         before = best
         step = 0.5
@@ -182,7 +234,7 @@ def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES
                 for factor in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0):
                     candidate = min(p[3], max(p[2], current + factor * step * scale))
                     trial = put(values, p, candidate)
-                    value = loss(measured, trial)
+                    value = loss(measured, trial, predict)
                     if value < best - 1e-9:
                         best, values, current = value, trial, candidate
             step /= 2
