@@ -143,22 +143,33 @@ def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
 # The Calibration fields accuracy.tune_from sets: every other field is the case's own
 # (accuracy.calibration_of), the same in every trial.
 TUNED = ("gemm", "profile", *accuracy.TUNED_SCALARS)
-_TUNED_SET = frozenset(TUNED)
-# Attribute reads that expose every field at once (copying, pickling): they count as reading all.
-_WHOLE = frozenset({"__dict__", "__reduce__", "__reduce_ex__", "__getstate__"})
 _READ: set[str] = set()
 _FIELDS = tuple(f.name for f in dataclasses.fields(Calibration))
 
 
-class _Traced(Calibration):
-    """A Calibration that notes which tuned fields an estimate reads (``_READ``)."""
+def _noted(name: str) -> property:
+    def read(self: Calibration) -> Any:
+        _READ.add(name)
+        return self.__dict__[name]
 
-    def __getattribute__(self, name: str) -> Any:
-        if name in _TUNED_SET:
-            _READ.add(name)
-        elif name in _WHOLE:
-            _READ.update(TUNED)
-        return object.__getattribute__(self, name)
+    def write(self: Calibration, value: Any) -> None:  # the dataclass __init__ (replace)
+        self.__dict__[name] = value
+    return property(read, write)
+
+
+class _Traced(Calibration):
+    """A Calibration that notes which tuned fields an estimate reads (``_READ``); a copy
+    (``dataclasses.replace``, ``copy``) is one too."""
+
+
+for _name in TUNED:
+    setattr(_Traced, _name, _noted(_name))
+
+
+def _traced(calib: Calibration) -> Calibration:
+    out = object.__new__(_Traced)
+    out.__dict__.update({name: getattr(calib, name) for name in _FIELDS})
+    return out
 
 
 # Per case: the tuned fields each earlier estimate read, and its throughput under the inputs
@@ -196,7 +207,7 @@ def predicted_tps(cases: list[accuracy.Case], values: dict[str, Any]) -> list[fl
                 break
         if tps is None:
             calib = accuracy.tuned(accuracy.calibration_of(case), inputs)
-            traced = _Traced(**{name: getattr(calib, name) for name in _FIELDS})
+            traced = _traced(calib)
             _READ.clear()
             tps = accuracy.Outcome(case, accuracy.estimate_case(case, traced)).predicted_tps
             names = tuple(name for name in TUNED if name in _READ)
