@@ -58,3 +58,13 @@ def test_tune_from_sets_each_fitted_constant() -> None:
     jz = tune(accuracy.calibration_of(bloom))
     assert jz.profile == accuracy.jean_zay_profile(2e9)
     assert jz.gemm == accuracy.calibration_of(bloom).gemm  # no A100 field given
+
+
+def test_loso_folds_do_not_depend_on_processes() -> None:
+    """Folds run longest first in 2 processes give the table 1 process gives, in source order."""
+    by_id = {c.record_id: c for c in accuracy.load()[0]}
+    cases = [by_id[rid] for rid in ROWS[:4]]
+    one = accuracy.leave_one_source_out(cases, rounds=1, cycles=1, jobs=1)
+    two = accuracy.leave_one_source_out(cases, rounds=1, cycles=1, jobs=2)
+    assert [f.source for f in one] == sorted({c.source for c in cases})
+    assert one == two
