@@ -13,7 +13,8 @@ bandwidth of the one fabric in the set with no published measurement (Jean Zay's
 by the BLOOM rows). The loss is the mean absolute log error of throughput, so a few rows the
 model cannot describe do not dominate it. A family's attention figure is fitted only where it has
 rows that use it; a family without a field uses its FAMILY_FALLBACK's. Coordinate search over a
-shrinking grid: deterministic, minutes.
+shrinking grid: deterministic, minutes. A trial re-costs only the rows whose estimate reads a
+constant it moves (``predicted_tps``): the same fit as re-costing every row, in less time.
 bench/accuracy.py calls ``fit`` once per held-out source for its leave-one-source-out table.
 
 Prints the fitted values (paste them into placer/cost/profile.py and JEAN_ZAY_NETWORK_BUSBW in
