@@ -2,7 +2,9 @@
 figure, the baseline, why-#1, each-alone lines, what-ifs) is byte for byte what the search
 prints with every bound off (every degree tuple bisected and probed, every pair expanded), on a
 dense model, an MoE model, a long context and a mixed-GPU cluster; and the top 5 of the bounded
-table is brute force's (every layout costed) on the MoE and long-context problems.
+table is brute force's (every layout costed) on the MoE and long-context problems; and each
+bound the table uses (a tuple's compute floor and its floor with exposure, a setting's bound per
+virtual-stage count) is at most the step time of every layout it bounds, all of them estimated.
 
 One figure differs by design and is masked: the search line's "N fit" counts the costed layouts
 that fit, and costing fewer is what the bounds are for (Llama 3 8B on 16 H100: 36 bounded, 339
@@ -20,10 +22,12 @@ import yaml
 
 from placer.cli.options import load_job_inputs
 from placer.cli.recommend_command import args_from_argv, recommend
+from placer.cost import estimate
 from placer.report.tables import render_text
 from placer.solver import table
 from placer.solver.search import search_space
 from placer.solver.select import greedy_top, select_top
+from placer.solver.space import Degrees, KnobOptions, knob_options
 from placer.solver.table import (
     TableStats,
     build_table,
@@ -31,6 +35,7 @@ from placer.solver.table import (
     least_recompute,
     pareto_rows,
 )
+from placer.spec.layout import Layout, layout_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 MIXED = ROOT / "examples" / "mixed-a100-h100" / "cluster.yaml"
@@ -135,3 +140,70 @@ def test_bounded_top_five_is_brute_forces(name: str, monkeypatch: pytest.MonkeyP
     assert [(rows[i].layout, rows[i].step_time_s) for i in picks] == [
         (r.layout, r.step_time_s) for r in expected]
     assert stats.estimates < costed
+
+
+def _inputs(name: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    args = args_from_argv(_argv(name, tmp_path))
+    return load_job_inputs(args.model, args.cluster, nodes=args.nodes,
+                           global_batch=args.global_batch, seq_len=args.seq_len,
+                           precision=args.precision, constraints=args.constraints,
+                           knobs=args.knobs)
+
+
+@pytest.mark.parametrize("name", [pytest.param("moe", marks=pytest.mark.slow), "dense",
+                                  "long-context",
+                                  pytest.param("mixed-gpus", marks=pytest.mark.slow)])
+def test_bounds_hold_for_every_layout_they_bound(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """Every layout of the space that can run is estimated whole, and each bound the table
+    uses is at most the step time of every layout it bounds (a bound the cost model could
+    undercut would prune layouts without their ever being estimated):
+    - a degree tuple's two floors (compute alone, then with the least exposed TP/CP/EP traffic),
+      for every layout of the tuple (each micro-batch, virtual-stage count, ZeRO stage,
+      recompute mode and SP setting); the floor with exposure is the tighter one;
+    - a (micro-batch, SP, ZeRO) setting's bound per virtual-stage count from its estimate at one
+      virtual stage and recompute mode r (``_expand``), for that count with r or more
+      recomputation."""
+    monkeypatch.chdir(ROOT)
+    inputs = _inputs(name, tmp_path)
+    model, cluster, job = inputs.model, inputs.cluster, inputs.job
+    search = table._Search(model, cluster, job, None, 5, True)
+    tighter = settings = 0
+    for degrees in search_space(model, cluster, job).degrees:
+        options = knob_options(degrees, model, job)
+        usable = tuple(m for m, v in zip(options.mbs, options.vpp_by_mbs, strict=True) if v)
+        if not usable or not options.zero or not options.recompute or not options.sp:
+            continue
+        compute = table._floor(search, degrees, options, usable)
+        exposed = table._floor(search, degrees, options, usable, compute.floors)
+        assert compute.bound_s <= exposed.bound_s
+        tighter += exposed.bound_s > compute.bound_s * (1 + 1e-9)
+        steps = {key: estimate(model, cluster, job, layout).step_time_s
+                 for key, layout in _layouts(degrees, options)
+                 if not layout_problem(layout, model, job, degrees.num_gpus)}
+        assert steps and exposed.bound_s <= min(steps.values()) * (1 + table.BOUND_SLACK)
+        for (mbs, vpp, zero, r, sp) in steps:
+            if vpp != 1:
+                continue
+            base = estimate(model, cluster, job, degrees.layout(mbs=mbs, zero=zero,
+                                                                recompute=options.recompute[r],
+                                                                sp=sp))
+            for (m2, v, z2, r2, sp2), step_s in steps.items():
+                if (m2, z2, sp2) == (mbs, zero, sp) and r2 >= r:
+                    settings += 1
+                    assert table._setting_bound(search, base, v) <= step_s * (
+                        1 + table.BOUND_SLACK), (degrees, mbs, zero, sp, r, v, r2)
+    assert settings
+    if name != "dense":  # one node: TP inside NVLink, no CP; its exposure is TP's alone
+        assert tighter
+
+
+def _layouts(degrees: Degrees, options: KnobOptions
+             ) -> Iterator[tuple[tuple[int, int, int, int, bool], Layout]]:
+    for mbs, vpps in zip(options.mbs, options.vpp_by_mbs, strict=True):
+        for vpp in vpps:
+            for zero in options.zero:
+                for r, recompute in enumerate(options.recompute):
+                    for sp in options.sp:
+                        yield (mbs, vpp, zero, r, sp), degrees.layout(
+                            vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)

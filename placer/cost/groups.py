@@ -27,28 +27,32 @@ _CACHE_SIZE = 4096
 _NATURAL: OrderedDict[tuple[object, ...], tuple[Cluster, GroupLinks]] = OrderedDict()
 
 
-def representative_groups(layout: Layout, order: tuple[str, ...],
-                          experts: bool = True) -> dict[Group, list[int]]:
+def representative_groups(layout: Layout, order: tuple[str, ...], experts: bool = True,
+                          dims: frozenset[Group] | None = None) -> dict[Group, list[int]]:
     """Logical indices of the group holding index 0, for every dimension of size > 1 (the
-    expert dimensions etp, ep and edp only with ``experts``: a dense model has none)."""
+    expert dimensions etp, ep and edp only with ``experts``: a dense model has none; only
+    those in ``dims`` when given)."""
     return {dim: list(members) for dim, members in _representative_groups(
         layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.etp, tuple(order),
-        experts).items()}
+        experts, dims).items()}
 
 
 @lru_cache(maxsize=4096)
 def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int,
-                           order: tuple[str, ...], experts: bool) -> dict[Group, tuple[int, ...]]:
+                           order: tuple[str, ...], experts: bool,
+                           dims: frozenset[Group] | None = None
+                           ) -> dict[Group, tuple[int, ...]]:
     """Cached by degrees: the search prices many layouts (micro-batch, ZeRO, recompute) that
     share them, and an expert-data-parallel group can hold thousands of ranks."""
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
     grid = MeshGrid(layout, order)
     strides = grid.strides
     groups: dict[Group, list[int]] = {}
+    wanted = set(Group) if dims is None else dims
     for group in (Group.TP, Group.CP, Group.PP):
-        if getattr(layout, group) > 1:
+        if getattr(layout, group) > 1 and group in wanted:
             groups[group] = grid.representative_group(group)
-    if layout.dp_cp > 1:
+    if layout.dp_cp > 1 and Group.DP_CP in wanted:
         groups[Group.DP_CP] = sorted(i * strides[Dim.DP] + j * strides[Dim.CP]
                                      for i in range(layout.dp) for j in range(layout.cp))
     expert = {Group.ETP: range(layout.etp),
@@ -56,7 +60,7 @@ def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int
               Group.EDP: range(0, layout.expert_dp * layout.ep * layout.etp,
                                layout.ep * layout.etp)}
     for dim, locals_ in expert.items() if experts else ():
-        if len(locals_) > 1:
+        if len(locals_) > 1 and dim in wanted:
             groups[dim] = sorted(_stage_local_to_logical(layout, order, strides, i)
                                  for i in locals_)
     return {dim: tuple(members) for dim, members in groups.items()}
@@ -107,13 +111,15 @@ def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...]
 def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
                 placement: Sequence[int] | None,
                 groups: Mapping[Group, list[int]] | None = None,
-                experts: bool = True) -> GroupLinks:
+                experts: bool = True, dims: frozenset[Group] | None = None) -> GroupLinks:
     """GroupLink of every dimension's representative group (or the given ``groups``, logical
-    indices per dimension) under full concurrency; expert dimensions only with ``experts``."""
+    indices per dimension) under full concurrency; expert dimensions only with ``experts``;
+    only the dimensions in ``dims`` when given (the search's floor prices TP, CP and EP alone,
+    without building a data-parallel group of thousands of ranks)."""
     key: tuple[object, ...] | None = None
     if placement is None and groups is None:
         key = (id(cluster), layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp,
-               order, experts)
+               order, experts, dims)
         hit = _NATURAL.get(key)
         if hit is not None and hit[0] is cluster:
             _NATURAL.move_to_end(key)
@@ -122,7 +128,7 @@ def group_links(cluster: Cluster, layout: Layout, order: tuple[str, ...],
 
     topo = topology_of(cluster)
     links: GroupLinks = {}
-    for dim, members in representative_groups(layout, order, experts).items():
+    for dim, members in representative_groups(layout, order, experts, dims).items():
         members = (groups or {}).get(dim, members)
         slots = members if placement is None else [placement[i] for i in members]
         link = topo.group_link(slots, concurrent="all")

@@ -10,17 +10,19 @@ about a millisecond each), so the search bounds instead of enumerating:
    that fits is costed: more recomputation adds work and never removes any.
 3. Bounds, from the breakdown (its parts add up to the step time, each >= 0):
    - a degree tuple before anything is costed: its compute floor (placer.cost.bound: the
-     slowest stage's forward and backward at its largest micro-batch, no communication); the
-     tuple is bisected for memory and probed only if that floor is within reach;
+     slowest stage's forward and backward at its largest micro-batch), and once that is within
+     reach the same with the least exposed TP/CP/EP traffic added; the tuple is bisected for
+     memory and probed only if that second floor is within reach;
    - a (tuple, micro-batch) pair: one *probe* per SP setting (ZeRO 0, no recompute, one virtual
      stage); compute and TP/CP/EP exposure do not shrink with ZeRO, interleaving or recompute,
      and the bubble shrinks at most by the largest virtual-stage count;
    - a degree tuple: the probe of its largest micro-batch; per step, compute and TP/CP/EP
      exposure do not grow with the micro-batch (the same tokens in fewer, larger GEMMs and
      messages), and the bubble grows with it at most in proportion;
-   - a (virtual stages, SP, ZeRO) setting: the exact step time at one virtual stage and no
-     recompute, less its stage-boundary sends, the part of the bubble ``vpp`` removes and its
-     exposed ZeRO traffic (whose overlap window grows with interleaving and recomputation).
+   - a (virtual stages, SP, ZeRO) setting: the exact step time at one virtual stage and the
+     least recomputation that fits there, less its stage-boundary sends, the part of the bubble
+     ``vpp`` removes and the part of its exposed ZeRO traffic that a larger overlap window
+     (interleaving, recomputation) can hide.
    Nodes are expanded in order of their bound until it exceeds the ``keep``-th best step time
    over distinct degree tuples: nothing beyond can enter the top ``keep`` (each pick of the
    top-K selection uses up at most one of those tuples).
@@ -39,7 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placer.cost import estimate, memory_estimate
-from placer.cost.bound import compute_floor
+from placer.cost.bound import StepFloor, compute_floor, least_zero_exposed_s, with_exposure
+from placer.cost.profile import calibration_for
+from placer.cost.stack_options import job_options
 from placer.solver.space import Degrees, KnobOptions, knob_options, layout_key
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -113,7 +117,10 @@ class _Node:
     have a virtual-stage option, not yet bisected for memory)."""
     probe: Probe = field(compare=False)
     """For a pair its own probe; for a tuple the probe of its largest micro-batch; empty for a
-    tuple not yet probed (its bound is then its compute floor, ``_floor``)."""
+    tuple not yet probed (its bound is then its floor, ``_floor``)."""
+    floors: tuple[StepFloor, ...] = field(compare=False, default=())
+    """For a tuple not yet probed, its floor per SP setting (compute alone, then with its
+    least exposed per-layer collectives)."""
 
 
 @dataclass
@@ -142,6 +149,8 @@ class _Search:
         self.best_by_tuple: dict[Degrees, float] = {}
         self.threshold = float("inf")
         self.rows: list[Row] = []
+        self.calib = calibration_for(cluster, profile)  # what estimate resolves, once
+        self.options = job_options(job)
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         self.stats.memory_checks += 1
@@ -227,23 +236,39 @@ def _tuple(search: _Search, degrees: Degrees, options: KnobOptions,
     return _Node(bound, True, key, degrees, options, mbs, probe)
 
 
+def _setting_bound(search: _Search, base: Estimate, vpp: int) -> float:
+    """A bound on a setting at ``vpp`` virtual stages from its ``base`` (one virtual stage, the
+    least recomputation that fits there): the same step less its stage-boundary sends, the part
+    of the bubble interleaving removes, and the part of its exposed ZeRO traffic a larger
+    overlap window can hide (ZeRO-2's per-micro-batch reduce-scatters hide behind a window that
+    grows with interleaving and recomputation, step._zero_per_microbatch; only the share no
+    window hides holds, placer.cost.bound.least_zero_exposed_s)."""
+    b = base.breakdown
+    return (base.step_time_s - b.pp_p2p_s - b.zero_exposed_s - b.pp_bubble_s * (1 - 1 / vpp)
+            + least_zero_exposed_s(base, search.calib))
+
+
 def _expand(search: _Search, pair: _Node) -> None:
     """Cost the pair's knob settings in order of their own bound while it is within reach.
 
-    The exact estimate at one virtual stage and no recompute of each (SP, ZeRO) is itself
-    computed lazily, under the pair's bound for that SP setting, so a threshold that drops while
-    the pair is expanded also saves those estimates.
+    Each (SP, ZeRO) first costs its *base*: the exact estimate at one virtual stage and the least
+    recomputation that fits there (memory only grows with interleaving, and more recomputation
+    only adds work, so no setting of that (SP, ZeRO) runs with less). The base is computed
+    lazily, under the pair's bound for that SP setting, so a threshold that drops while the pair
+    is expanded also saves it; each virtual-stage count then enters at the base less what
+    interleaving can remove. A layout's memory is checked before it is estimated.
     """
     options, degrees, mbs = pair.options, pair.degrees, pair.mbs[0]
     vpps = options.vpp_by_mbs[options.mbs.index(mbs)]
     vpp_max = max(vpps)
-    base: dict[tuple[bool, int], Estimate] = {(sp, 0): e for sp, e in pair.probe}
     probe = dict(pair.probe)
+    base: dict[tuple[bool, int], tuple[int, Estimate]] = {}
     heap: list[tuple[float, int, int, bool, int]] = [
         (_work(probe[sp]) + probe[sp].breakdown.pp_bubble_s / vpp_max, 0, 0, sp, zero)
         for sp in options.sp for zero in options.zero]
     heapq.heapify(heap)
-    one_stage: dict[tuple[bool, int, str], MemoryBreakdown] = {}
+    one_stage: dict[tuple[bool, int, str], MemoryBreakdown] = {
+        (sp, 0, "none"): e.memory for sp, e in pair.probe}
 
     def fits_one_stage(sp: bool, zero: int, recompute: str) -> bool:
         """Whether the setting fits with one virtual stage. Interleaving holds at least as many
@@ -260,31 +285,35 @@ def _expand(search: _Search, pair: _Node) -> None:
         if not search.within(bound):
             break
         if needs_base == 0:
-            if (sp, zero) not in base:
-                base[(sp, zero)] = search.estimate(degrees.layout(mbs=mbs, zero=zero, sp=sp))
-            est = base[(sp, zero)]
+            least = next((i for i, r in enumerate(options.recompute)
+                          if fits_one_stage(sp, zero, r)), None)
+            if least is None:
+                continue  # no recomputation fits at one virtual stage, so none with more
+            recompute = options.recompute[least]
+            est = (probe[sp] if zero == 0 and recompute == "none" else
+                   search.estimate(degrees.layout(mbs=mbs, zero=zero, recompute=recompute,
+                                                  sp=sp)))
+            base[(sp, zero)] = (least, est)
             search.check(bound, est.step_time_s)
-            one_stage.setdefault((sp, zero, "none"), est.memory)
-            b = est.breakdown
             for v in vpps:
-                # ZeRO-2's per-micro-batch reduce-scatters hide behind a window that grows with
-                # interleaving and recomputation (step._zero_per_microbatch), so only >= 0 holds.
-                refined = (est.step_time_s - b.pp_p2p_s - b.pp_bubble_s * (1 - 1 / v)
-                           - b.zero_exposed_s)
-                heapq.heappush(heap, (refined, 1, v, sp, zero))
+                heapq.heappush(heap, (_setting_bound(search, est, v), 1, v, sp, zero))
             continue
-        for recompute in options.recompute:
+        least, base_est = base[(sp, zero)]
+        for recompute in options.recompute[least:]:
             layout = degrees.layout(vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
             if layout_problem(layout, search.model, search.job, degrees.num_gpus):
                 continue
             if not fits_one_stage(sp, zero, recompute):
                 continue
-            reuse = vpp == 1 and recompute == "none"
-            est = base[(sp, zero)] if reuse else search.estimate(layout)
-            memory = est.memory
-            search.stats.saw(layout, memory)
+            if vpp == 1:
+                memory = one_stage[(sp, zero, recompute)]
+                search.stats.saw(layout, memory)
+            else:
+                memory = search.memory(layout)
             if not _fits(memory):
                 continue
+            reuse = vpp == 1 and recompute == options.recompute[least]
+            est = base_est if reuse else search.estimate(layout)
             search.check(bound, est.step_time_s)
             search.check(pair.bound_s, est.step_time_s)
             search.add(Row(layout, est.step_time_s, memory.total_bytes, memory.capacity_bytes,
@@ -292,21 +321,27 @@ def _expand(search: _Search, pair: _Node) -> None:
             break  # more recomputation only adds work
 
 
-def _floor(search: _Search, degrees: Degrees, options: KnobOptions,
-           usable: tuple[int, ...]) -> _Node:
-    """A degree tuple not yet bisected for memory nor probed, bounded by its compute floor
+def _floor(search: _Search, degrees: Degrees, options: KnobOptions, usable: tuple[int, ...],
+           floors: tuple[StepFloor, ...] = ()) -> _Node:
+    """A degree tuple not yet bisected for memory nor probed, bounded by its floor
     (placer.cost.bound) at its largest micro-batch, composed as ``_tuple`` composes the probe:
-    compute (which the probe's TP, CP and EP exposure only add to) plus the bubble, scaled to
-    the smallest micro-batch and the most virtual stages. Compute does not grow with the
-    micro-batch, so this is at most the probe bound of the micro-batches that fit."""
+    compute, and then the least TP, CP and EP exposure (which the probe's exposure is at least),
+    plus the bubble, scaled to the smallest micro-batch and the most virtual stages. Per step
+    they do not grow with the micro-batch, so this is at most the probe bound of the
+    micro-batches that fit. Without ``floors`` the compute floors, else those with exposure."""
     sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
     largest, smallest = usable[-1], usable[0]
     vpp_max = max(_vpp_max(options, m) for m in usable)
-    floors = [compute_floor(search.model, search.cluster, search.job,
-                            degrees.layout(mbs=largest, sp=sp), search.profile) for sp in sps]
-    bound = min(f.compute_s + f.bubble_s * smallest / largest / vpp_max for f in floors)
+    layouts = [degrees.layout(mbs=largest, sp=sp) for sp in sps]
+    model, job, calib, opts = search.model, search.job, search.calib, search.options
+    if floors:
+        floors = tuple(with_exposure(model, search.cluster, job, layout, floor, calib, opts)
+                       for layout, floor in zip(layouts, floors, strict=True))
+    else:
+        floors = tuple(compute_floor(model, job, layout, calib, opts) for layout in layouts)
+    bound = min(f.work_s + f.bubble_s * smallest / largest / vpp_max for f in floors)
     key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp)
-    return _Node(bound, True, key, degrees, options, usable, ())
+    return _Node(bound, True, key, degrees, options, usable, (), floors)
 
 
 def _fitting(search: _Search, degrees: Degrees, usable: tuple[int, ...]) -> tuple[int, ...]:
@@ -338,14 +373,20 @@ def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degree
             stats.degree_tuples_usable += 1
             heap.append(_floor(search, degrees, options, usable))
     heapq.heapify(heap)
-    # A tuple enters at its compute floor (no probe); when it comes first it is bisected and
-    # probed and goes back at its probe bound, which is at least the floor. The nodes with their
+    # A tuple enters at its compute floor (no probe, no links); when it comes first it goes back
+    # at its floor with exposure, then (when that comes first) it is bisected and probed and
+    # goes back at its probe bound; each bound is at least the one before. The nodes with their
     # real bounds thus leave the heap in the order they would if every tuple were probed first,
-    # and the threshold falls alike: the same rows, fewer estimates.
+    # and the threshold falls alike: the same tuples, fewer estimates.
     while heap:
         node = heapq.heappop(heap)
         if not search.within(node.bound_s):
             break
+        if node.is_tuple and not node.probe and not node.floors[0].exposed:
+            exposed = _floor(search, node.degrees, node.options, node.mbs, node.floors)
+            search.check(node.bound_s, exposed.bound_s)
+            heapq.heappush(heap, exposed)
+            continue
         if node.is_tuple and not node.probe:
             stats.tuples_probed += 1
             fitting = _fitting(search, node.degrees, node.mbs)
