@@ -29,7 +29,28 @@ entry goes first beyond this, so a long-running process (a benchmark, a fit) sta
 BATCH_FIELDS = frozenset({"global_batch_size"})
 """The job's fields a micro-batch's cost does not read (``text_key(job, BATCH_FIELDS)``)."""
 
-_TEXTS: dict[tuple[int, frozenset[str]], tuple[object, str]] = {}
+DP_FIELDS = ("dp", "dp_shard", "zero_stage", "reshard_after_forward")
+"""Layout fields only data-parallel state and traffic read (ZeRO shards, gathers, the gradient
+reduction): a micro-batch's compute, its TP, CP and EP traffic and its activations are the same
+for any of them, so keys of those leave them out (``layout_fields(layout, DP_FIELDS)``)."""
+
+_CACHES: list[dict[Any, Any]] = []
+
+
+def new_cache() -> dict[Any, Any]:
+    """An empty cache that ``clear_caches`` empties."""
+    cache: dict[Any, Any] = {}
+    _CACHES.append(cache)
+    return cache
+
+
+def clear_caches() -> None:
+    """Empty every cache (a test that costs the same inputs afresh)."""
+    for cache in _CACHES:
+        cache.clear()
+
+
+_TEXTS: dict[tuple[int, frozenset[str]], tuple[object, str]] = new_cache()
 
 
 def text_key(obj: BaseModel, exclude: frozenset[str] = frozenset()) -> str:
@@ -43,16 +64,20 @@ def text_key(obj: BaseModel, exclude: frozenset[str] = frozenset()) -> str:
     return text
 
 
-def repr_key(obj: object) -> str:
-    """``repr(obj)`` computed once per object: the key of a frozen dataclass holding models
-    (``profile.Calibration``), whose ``repr`` writes every field."""
-    slot = (id(obj), frozenset({"repr"}))
-    hit = _TEXTS.get(slot)
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    text = repr(obj)
-    remember(_TEXTS, slot, (obj, text))
-    return text
+_CONSTANTS: dict[int, tuple[object, str]] = new_cache()
+
+
+def register_constants(calib: object) -> None:
+    """Mark ``calib`` as resolved by ``profile.calibration_for`` (not a caller's tuned copy, as
+    a fit makes one per call): caches may key on its ``repr`` (``constants_key``)."""
+    remember(_CONSTANTS, id(calib), (calib, repr(calib)))
+
+
+def constants_key(calib: object) -> str | None:
+    """The ``repr`` of a registered ``calib`` (every constant, the GPU and the profile); None
+    for any other, which the caches then leave alone."""
+    hit = _CONSTANTS.get(id(calib))
+    return hit[1] if hit is not None and hit[0] is calib else None
 
 
 def layout_fields(layout: Layout, exclude: tuple[str, ...] = ()) -> tuple[Hashable, ...]:

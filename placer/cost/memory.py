@@ -10,10 +10,17 @@ fused (flash attention) by default, so the ``5as/h`` score and softmax terms are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from placer.cost import deepspeed_optimizer
-from placer.cost.memo import BATCH_FIELDS, cached, layout_fields, text_key
+from placer.cost.memo import (
+    BATCH_FIELDS,
+    DP_FIELDS,
+    cached,
+    layout_fields,
+    new_cache,
+    text_key,
+)
 from placer.cost.options import (
     DEEPSPEED_PREFETCH_BUCKET_PARAMS,
     DEEPSPEED_REDUCE_BUCKET_PARAMS,
@@ -368,8 +375,7 @@ def loss_peak_bytes_per_entry(options: CostOptions) -> int:
 
 
 def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
-                  options: CostOptions, acts: tuple[ActivationParts, ActivationParts]
-                  ) -> _StageMemory:
+                  options: CostOptions, acts: _Activations) -> _StageMemory:
     opt = job.optimizer
     params = stage_params(model, layout, shape)
     dense_shard, expert_shard = _zero_shards(layout)
@@ -401,9 +407,60 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         step_transient = (copies * (params.dense + params.expert)
                           * deepspeed_optimizer.FP16_STEP_BYTES_PER_PARAM)
 
-    tokens = layout.micro_batch_size * job.seq_len / layout.cp  # per GPU per micro-batch
     m = layout.num_microbatches(job.global_batch_size)
     held = microbatches_in_flight(layout, shape.stage, m)
+    activations, logits, moe_buffers = cached(
+        _ACTIVATIONS, (acts, shape, held),
+        lambda: _stage_activations(model, job, layout, shape, options, acts.parts, held))
+    transient = 0.0
+    ends = (int(shape.first) + int(shape.last and not (model.tied_embeddings and shape.first)))
+    body = params.total - ends * embedding_params(model) / layout.tp
+    layer_params = max(0.0, body) / max(1, shape.layers)
+    if zero >= 3 and layout.zero3_per_step:
+        # FSDP2 under pipelining (torchtitan's default) keeps the stage unsharded for the whole
+        # step and accumulates unsharded gradients between micro-batches in the reduce dtype
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, to_accumulated_grad_if_needed
+        # upcasts them; torchtitan reduces in fp32): the gradient dtype, not the weights'.
+        # State over a shard group of one is outside FSDP (NeMo AutoModel's apply_fsdp passes
+        # experts that EP alone shards as ignored_params): its one copy is counted above.
+        gathered = (params.dense if dense_shard > 1 else 0.0) + (
+            params.expert if expert_shard > 1 else 0.0)
+        weights += copies * gathered * opt.param_bytes
+        gradients += copies * gathered * opt.grad_bytes
+    elif zero >= 3 and not layout.reshards_after_forward:
+        # Gathered in the forward and kept for the backward: the stage's weights at once.
+        transient = params.total * opt.param_bytes + layer_params * opt.grad_bytes
+    elif zero >= 3:
+        transient = _zero3_transient(model, layout, layer_params, job, options)
+    elif zero == 2:
+        transient = layer_params * opt.grad_bytes  # a layer's gradients before reduce-scatter
+    return _StageMemory(weights, gradients, optimizer, activations, logits, moe_buffers,
+                        transient, reallocated, step_transient)
+
+
+@dataclass(frozen=True)
+class _Activations:
+    """A layout's per-token activations (``_activation_parts``) under the key of what they
+    depend on: the model, the job but its global batch, the layout but its data-parallel
+    fields (memo.DP_FIELDS), the options; it keys the stages' activations too."""
+
+    key: tuple[object, ...]
+    parts: tuple[ActivationParts, ActivationParts] = field(compare=False, hash=False)
+
+
+_ACTIVATION_PARTS: dict[tuple[object, ...], _Activations] = new_cache()
+_ACTIVATIONS: dict[tuple[_Activations, StageShape, float], tuple[float, float, float]] = (
+    new_cache())
+
+
+def _stage_activations(model: Model, job: Job, layout: Layout, shape: StageShape,
+                       options: CostOptions, acts: tuple[ActivationParts, ActivationParts],
+                       held: float) -> tuple[float, float, float]:
+    """Activations, logits and MoE buffers of a stage holding ``held`` micro-batches in flight:
+    none of it depends on data parallelism or ZeRO (memo.DP_FIELDS), so ``_stage_memory``
+    caches it for the layouts that differ only there (a search's ZeRO stages, twice the
+    nodes)."""
+    tokens = layout.micro_batch_size * job.seq_len / layout.cp  # per GPU per micro-batch
     imbalance = options.routed_imbalance
     dense_act, moe_act = acts
     dense_layers = shape.layers - shape.moe_layers
@@ -439,30 +496,7 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     if shape.moe_layers and model.moe is not None:
         routed = tokens * model.moe.top_k * layout.etp / layout.tp * imbalance
         moe_buffers = 2 * routed * model.hidden_size * BF16_BYTES  # dispatch + combine buffers
-    transient = 0.0
-    ends = (int(shape.first) + int(shape.last and not (model.tied_embeddings and shape.first)))
-    body = params.total - ends * embedding_params(model) / layout.tp
-    layer_params = max(0.0, body) / max(1, shape.layers)
-    if zero >= 3 and layout.zero3_per_step:
-        # FSDP2 under pipelining (torchtitan's default) keeps the stage unsharded for the whole
-        # step and accumulates unsharded gradients between micro-batches in the reduce dtype
-        # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, to_accumulated_grad_if_needed
-        # upcasts them; torchtitan reduces in fp32): the gradient dtype, not the weights'.
-        # State over a shard group of one is outside FSDP (NeMo AutoModel's apply_fsdp passes
-        # experts that EP alone shards as ignored_params): its one copy is counted above.
-        gathered = (params.dense if dense_shard > 1 else 0.0) + (
-            params.expert if expert_shard > 1 else 0.0)
-        weights += copies * gathered * opt.param_bytes
-        gradients += copies * gathered * opt.grad_bytes
-    elif zero >= 3 and not layout.reshards_after_forward:
-        # Gathered in the forward and kept for the backward: the stage's weights at once.
-        transient = params.total * opt.param_bytes + layer_params * opt.grad_bytes
-    elif zero >= 3:
-        transient = _zero3_transient(model, layout, layer_params, job, options)
-    elif zero == 2:
-        transient = layer_params * opt.grad_bytes  # a layer's gradients before reduce-scatter
-    return _StageMemory(weights, gradients, optimizer, activations, logits, moe_buffers,
-                        transient, reallocated, step_transient)
+    return activations, logits, moe_buffers
 
 
 def sharded_weight_bytes(opt: Optimizer, options: CostOptions) -> int:
@@ -557,7 +591,7 @@ def deepspeed_engine_memory(job: Job, layout: Layout,
                         **deepspeed_optimizer.memory_flags(wrapper))
 
 
-_MEMORY: dict[tuple[object, ...], MemoryBreakdown] = {}
+_MEMORY: dict[tuple[object, ...], MemoryBreakdown] = new_cache()
 
 
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
@@ -589,7 +623,10 @@ def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
         layout, model.moe is not None)
     best: tuple[float, int, _StageMemory] | None = None
-    acts = _activation_parts(model, job, layout, options)
+    key = (text_key(model), text_key(job, BATCH_FIELDS), layout_fields(layout, DP_FIELDS),
+           options)
+    acts = cached(_ACTIVATION_PARTS, key,
+                  lambda: _Activations(key, _activation_parts(model, job, layout, options)))
     seen: set[tuple[int, int, bool, bool]] = set()  # StageShape.kind
     for shape in stage_shapes(model, layout):
         # Stages of the same shape differ only in the micro-batches they hold, which never

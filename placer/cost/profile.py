@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placer.cost.memo import new_cache, register_constants, remember
 from placer.spec.cluster import Cluster, NodeType
 from placer.spec.gpu import GPU
 from placer.spec.profile import GemmProfile, LinkMeasurement, LinkProfile
@@ -373,11 +374,28 @@ def slowest_node_type(cluster: Cluster) -> NodeType:
                key=lambda t: (t.gpu.bf16_flops, t.gpu.hbm_bandwidth_bytes_per_s, t.name))
 
 
+_CALIBRATIONS: dict[tuple[int, int], tuple[Cluster, LinkProfile | None, Calibration]] = (
+    new_cache())
+
+
 def calibration_for(cluster: Cluster, profile: LinkProfile | None = None) -> Calibration:
     """Resolve constants for ``cluster``; a profile's measured figures take precedence.
 
     On a mixed cluster every rank is costed on the slowest GPU: a synchronous step waits for it.
+    Resolved once per cluster and profile object (a search asks for every layout), and
+    registered (memo.register_constants) so the cost model's caches may key on it.
     """
+    slot = (id(cluster), id(profile))
+    hit = _CALIBRATIONS.get(slot)
+    if hit is not None and hit[0] is cluster and hit[1] is profile:
+        return hit[2]
+    calib = _resolve(cluster, profile)
+    remember(_CALIBRATIONS, slot, (cluster, profile, calib))
+    register_constants(calib)
+    return calib
+
+
+def _resolve(cluster: Cluster, profile: LinkProfile | None) -> Calibration:
     node_type = slowest_node_type(cluster)
     gpu = node_type.gpu
     fabric = node_type.fabric

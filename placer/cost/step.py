@@ -35,6 +35,16 @@ from placer.cost.compute import (
 )
 from placer.cost.dispatch import dispatch_message, rdma_message
 from placer.cost.groups import GroupLinks, group_links, representative_groups
+from placer.cost.memo import (
+    BATCH_FIELDS,
+    DP_FIELDS,
+    cached,
+    constants_key,
+    layout_fields,
+    new_cache,
+    remember,
+    text_key,
+)
 from placer.cost.memory import deepspeed_engine_memory, memory_estimate
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import StageShape, stage_params, stage_shapes
@@ -208,64 +218,52 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
                   options: CostOptions = DEFAULT_OPTIONS,
                   replicas: GroupLink | None = None) -> Estimate:
     """``estimate`` with the group links and hardware constants already resolved; with HSDP
-    ``links[DP_CP]`` is the shard group and ``replicas`` the replica group (``_hsdp_links``)."""
+    ``links[DP_CP]`` is the shard group and ``replicas`` the replica group (``_hsdp_links``).
+
+    A layout's micro-batch (``_microbatch``) depends neither on the global batch nor on data
+    parallelism, and its data-parallel traffic (``_dp_traffic``) not on the global batch: with
+    constants from ``calibration_for`` both are cached under value keys
+    (placer.cost.memo), so a search of the same model at another global batch, or on more nodes
+    with the same group links, costs only the per-step assembly below again. With a caller's
+    own constants (a fit's) nothing is cached."""
+    calib_key = constants_key(calib)
+    key: tuple[object, ...] | None = None
+    if calib_key is not None:
+        key = (text_key(model), text_key(job, BATCH_FIELDS), layout_fields(layout, DP_FIELDS),
+               calib_key, options, links.get(Group.TP), links.get(Group.CP),
+               links.get(Group.EP),
+               _host_bytes_per_s(cluster) if layout.offload_layers else None,
+               # DeepSpeed's wrapper (below) resolves the job and options per ZeRO stage
+               layout.zero_stage if options.deepspeed_engine else None)
     if options.deepspeed_engine:  # DeepSpeed's optimizer wrapper for this layout, gradients
         job, options = deepspeed_engine_memory(job, layout, options)  # in the dtype it reduces
-    imb = options.routed_imbalance if model.moe is not None else 1.0
     ledger = _Ledger()
     m = max(1, layout.num_microbatches(job.global_batch_size))
-    shapes = stage_shapes(model, layout)
-    tokens = tokens_per_gpu(job, layout)
-    precision = linear_precision(job, options)  # NVFP4 GEMMs under an NVFP4 recipe
-    dense_work = layer_work(model, job, layout, False, options)
-    modules = layout.recompute_modules
-    dense = pass_times(dense_work, calib, precision, layout.recompute, modules=modules)
-    moe_work = layer_work(model, job, layout, True, options) if model.moe is not None else None
-    moe = (pass_times(moe_work, calib, precision, layout.recompute, modules=modules)
-           if moe_work is not None else ZERO_TIMES)
-    # FP8 recipes keep the output layer in BF16: Megatron-Core's output_layer is a plain
-    # tensor_parallel.ColumnParallelLinear, not a Transformer Engine module, so fp8_autocast
-    # leaves it alone; torchtitan's float8 options name "output" as the module to filter.
-    head = pass_times(logits_work(model, job, layout), calib, "bf16", layout.recompute,
-                      is_layer=False)
 
-    tp_layer = _tp_per_layer(model, layout, links, calib, tokens)
-    tp_dense = _tp_overlapped_layer_s(tp_layer, dense_work, False, layout, calib, precision)
-    tp_moe = (_tp_overlapped_layer_s(tp_layer, layer_work(model, job, layout, True, options),
-                                     True, layout, calib, precision)
-              if model.moe is not None else 0.0)
-    ep_layer = _ep_per_layer(model, layout, links, calib, tokens, imb, options.moe_dispatcher)
-    # The other micro-batch's compute hides the dispatch (Megatron
-    # --overlap-moe-expert-parallel-comm; DualPipe's overlapped forward-backward chunks).
-    ep_hidden = options.ep_comm_overlap or layout.pipeline_schedule in ("dualpipe", "dualpipev")
-    attn_fwd = attention_forward_s(dense_work, calib)
+    def costed() -> _MicroBatch:
+        return _microbatch(model, cluster, job, layout, links, calib, options)
+
+    micro = costed() if key is None else cached(_MICROBATCHES, key, costed)
+    dp_key = (None if key is None else
+              (key, tuple(getattr(layout, name) for name in DP_FIELDS),
+               links.get(Group.DP_CP), links.get(Group.EDP), replicas))
+
+    def traffic() -> _DpTraffic:
+        return _dp_traffic(model, layout, job, links, calib, micro, options, replicas)
+
+    dp = traffic() if dp_key is None else cached(_DP_TRAFFIC, dp_key, traffic)
+    shapes, tokens = micro.shapes, micro.tokens
+    tp_layer, ep_layer = micro.tp_layer, micro.ep_layer
     stage_times = []
     by_shape: dict[tuple[int, int, bool, bool], _StageTime] = {}  # a deep pipeline repeats shapes
     for shape in shapes:
-        key = shape.kind
-        if key not in by_shape:
-            compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
-            redone = recomputed_fraction(layout, model.num_layers, shape.stage)
-            if layout.recompute == "full" and redone < 1.0:  # block method: N layers per stage
-                compute = replace(compute, recompute_s=compute.recompute_s * redone)
-            compute = compute + _offload_stall(layout, shape, dense_work, moe_work, dense, moe,
-                                               cluster)
-            if shape.last:
-                compute = compute + head
-            cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
-                               options.cp_comm_overlap)
-            zero_s = _zero_per_microbatch(model, layout, job, links, calib, shape, compute,
-                                          options, m)
-            tp_s = tp_layer.exposed_s * shape.layers
-            if options.tp_comm_overlap and tp_s > 0 and layout.sequence_parallel:
-                tp_s = (tp_dense * (shape.layers - shape.moe_layers)
-                        + tp_moe * shape.moe_layers)
-            ep_s = ep_layer.exposed_s * shape.moe_layers
-            if ep_hidden and ep_s > 0:
-                ep_s = _overlapped(ep_s, compute.total_s, calib.overlap_efficiency)
-            by_shape[key] = _StageTime(compute=compute, tp_s=tp_s, cp_s=cp_s, ep_s=ep_s,
-                                       zero_s=zero_s)
-        stage_times.append(by_shape[key])
+        kind = shape.kind
+        if kind not in by_shape:
+            part = micro.stages[kind]
+            zero_s = _zero_per_microbatch(layout, calib, shape, part.compute, m,
+                                          dp.zero[kind])
+            by_shape[kind] = replace(part, zero_s=zero_s)
+        stage_times.append(by_shape[kind])
     worst = max(stage_times, key=lambda s: s.total_s)
     worst_shape = shapes[stage_times.index(worst)]
 
@@ -275,19 +273,16 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
     if layout.cp > 1 and Group.CP in links:
         _record_cp(ledger, model, layout, links, calib, tokens, m * worst_shape.layers,
                    m * worst.cp_s)
-    _record_zero(ledger, model, layout, job, links, calib, worst_shape, m, m * worst.zero_s,
-                 options)
+    _record_zero(ledger, layout, dp.zero[worst_shape.kind], m, m * worst.zero_s)
 
     bubble = _bubble(layout, stage_times)
     p2p = _pp_p2p(model, layout, links, calib, tokens, m, ledger, options.p2p_overlap)
-    dp_overlap = options.dp_comm_overlap and (layout.pp == 1 or options.dp_overlap_under_pp)
-    # DeepSpeed's BF16_Optimizer shards its fp32 state over DP at ZeRO stage 0 too (options.py)
-    state_sharded = options.deepspeed_bf16_optimizer
-    dp_exposed = _dp_exposed(model, layout, job, links, calib, shapes, stage_times, ledger,
-                             dp_overlap, replicas, options.param_gather_overlap, state_sharded)
+    for call, exposed_s in dp.rows:
+        ledger.add(Part.DP, call, 1, exposed_s)
+    dp_exposed = dp.exposed_s
     params = stage_params(model, layout, worst_shape)
     # the optimizer steps its shard only
-    sharded = layout.effective_zero_stage >= 1 or state_sharded
+    sharded = layout.effective_zero_stage >= 1 or options.deepspeed_bf16_optimizer
     dense_shard = layout.zero_group if sharded else 1
     expert_shard = layout.expert_zero_group if sharded else 1
     optimizer_s = optimizer_step_time(params.dense / dense_shard + params.expert / expert_shard,
@@ -315,6 +310,118 @@ def estimate_with(model: Model, cluster: Cluster, job: Job, layout: Layout,
         breakdown=breakdown, memory=memory, collectives=ledger.sorted_rows(),
         links={str(part): links[group].link_class  # type: ignore[misc]
                for part, group in PART_GROUP.items() if part != Part.ZERO and group in links})
+
+
+_MICROBATCHES: dict[tuple[object, ...], _MicroBatch] = new_cache()
+_DP_TRAFFIC: dict[tuple[object, ...], _DpTraffic] = new_cache()
+_HOSTS: dict[int, tuple[Cluster, float]] = new_cache()
+
+
+def _host_bytes_per_s(cluster: Cluster) -> float:
+    """Host-link bandwidth of the memory-bounding node type (``_offload_stall``), per cluster."""
+    hit = _HOSTS.get(id(cluster))
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    bandwidth = bounding_node_type(cluster).fabric.host_bytes_per_s
+    remember(_HOSTS, id(cluster), (cluster, bandwidth))
+    return bandwidth
+
+
+@dataclass(frozen=True)
+class _MicroBatch:
+    """One micro-batch of a layout, costed on each kind of stage: compute and the exposed TP,
+    CP and EP traffic (``_StageTime`` with ``zero_s`` 0), and the per-layer collectives. None of
+    it depends on the micro-batch count or on the data-parallel degree."""
+
+    shapes: list[StageShape]
+    tokens: float
+    tp_layer: _PerLayer
+    ep_layer: _PerLayer
+    stages: dict[tuple[int, int, bool, bool], _StageTime]
+
+
+def _microbatch(model: Model, cluster: Cluster, job: Job, layout: Layout, links: GroupLinks,
+                calib: Calibration, options: CostOptions) -> _MicroBatch:
+    """The per-micro-batch half of ``estimate_with``: each stage kind's passes and the TP, CP
+    and EP traffic its compute does not hide."""
+    imb = options.routed_imbalance if model.moe is not None else 1.0
+    shapes = stage_shapes(model, layout)
+    tokens = tokens_per_gpu(job, layout)
+    precision = linear_precision(job, options)  # NVFP4 GEMMs under an NVFP4 recipe
+    dense_work = layer_work(model, job, layout, False, options)
+    modules = layout.recompute_modules
+    dense = pass_times(dense_work, calib, precision, layout.recompute, modules=modules)
+    moe_work = layer_work(model, job, layout, True, options) if model.moe is not None else None
+    moe = (pass_times(moe_work, calib, precision, layout.recompute, modules=modules)
+           if moe_work is not None else ZERO_TIMES)
+    # FP8 recipes keep the output layer in BF16: Megatron-Core's output_layer is a plain
+    # tensor_parallel.ColumnParallelLinear, not a Transformer Engine module, so fp8_autocast
+    # leaves it alone; torchtitan's float8 options name "output" as the module to filter.
+    head = pass_times(logits_work(model, job, layout), calib, "bf16", layout.recompute,
+                      is_layer=False)
+
+    tp_layer = _tp_per_layer(model, layout, links, calib, tokens)
+    tp_dense = _tp_overlapped_layer_s(tp_layer, dense_work, False, layout, calib, precision)
+    tp_moe = (_tp_overlapped_layer_s(tp_layer, moe_work, True, layout, calib, precision)
+              if moe_work is not None else 0.0)
+    ep_layer = _ep_per_layer(model, layout, links, calib, tokens, imb, options.moe_dispatcher)
+    # The other micro-batch's compute hides the dispatch (Megatron
+    # --overlap-moe-expert-parallel-comm; DualPipe's overlapped forward-backward chunks).
+    ep_hidden = options.ep_comm_overlap or layout.pipeline_schedule in ("dualpipe", "dualpipev")
+    attn_fwd = attention_forward_s(dense_work, calib)
+    stages: dict[tuple[int, int, bool, bool], _StageTime] = {}  # a deep pipeline repeats shapes
+    for shape in shapes:
+        key = shape.kind
+        if key in stages:
+            continue
+        compute = dense.scaled(shape.layers - shape.moe_layers) + moe.scaled(shape.moe_layers)
+        redone = recomputed_fraction(layout, model.num_layers, shape.stage)
+        if layout.recompute == "full" and redone < 1.0:  # block method: N layers per stage
+            compute = replace(compute, recompute_s=compute.recompute_s * redone)
+        compute = compute + _offload_stall(layout, shape, dense_work, moe_work, dense, moe,
+                                           cluster)
+        if shape.last:
+            compute = compute + head
+        cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
+                           options.cp_comm_overlap)
+        tp_s = tp_layer.exposed_s * shape.layers
+        if options.tp_comm_overlap and tp_s > 0 and layout.sequence_parallel:
+            tp_s = (tp_dense * (shape.layers - shape.moe_layers)
+                    + tp_moe * shape.moe_layers)
+        ep_s = ep_layer.exposed_s * shape.moe_layers
+        if ep_hidden and ep_s > 0:
+            ep_s = _overlapped(ep_s, compute.total_s, calib.overlap_efficiency)
+        stages[key] = _StageTime(compute=compute, tp_s=tp_s, cp_s=cp_s, ep_s=ep_s, zero_s=0.0)
+    return _MicroBatch(shapes, tokens, tp_layer, ep_layer, stages)
+
+
+@dataclass(frozen=True)
+class _DpTraffic:
+    """A layout's data-parallel traffic, which the micro-batch count does not change: ZeRO-2/3
+    traffic per micro-batch of each stage kind, and the once-per-step gradient reduction and
+    parameter gather (exposed time, and the ledger rows with their exposed shares)."""
+
+    zero: dict[tuple[int, int, bool, bool], _ZeroTraffic | None]
+    exposed_s: float
+    rows: tuple[tuple[_Call, float], ...]
+
+
+def _dp_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, calib: Calibration,
+                micro: _MicroBatch, options: CostOptions,
+                replicas: GroupLink | None) -> _DpTraffic:
+    zero = {}
+    for shape in micro.shapes:
+        if shape.kind not in zero:
+            zero[shape.kind] = (None if layout.zero3_per_step else
+                                _zero_traffic(model, layout, job, links, calib, shape, options))
+    dp_overlap = options.dp_comm_overlap and (layout.pp == 1 or options.dp_overlap_under_pp)
+    # DeepSpeed's BF16_Optimizer shards its fp32 state over DP at ZeRO stage 0 too (options.py)
+    state_sharded = options.deepspeed_bf16_optimizer
+    stage_times = [micro.stages[shape.kind] for shape in micro.shapes]
+    exposed_s, rows = _dp_exposed(model, layout, job, links, calib, micro.shapes, stage_times,
+                                  dp_overlap, replicas, options.param_gather_overlap,
+                                  state_sharded)
+    return _DpTraffic(zero, exposed_s, rows)
 
 
 def _offload_stall(layout: Layout, shape: StageShape, dense_work: LayerWork,
@@ -576,11 +683,12 @@ def _zero_traffic(model: Model, layout: Layout, job: Job, links: GroupLinks, cal
                         _Call("reduce_scatter", Group.DP_CP, link, scatter_bytes, scatter))
 
 
-def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLinks,
-                         calib: Calibration, shape: StageShape, compute: PassTimes,
-                         options: CostOptions = DEFAULT_OPTIONS, microbatches: int = 1
-                         ) -> float:
-    """Exposed ZeRO-2/3 traffic per micro-batch (the mean over the step's ``microbatches``).
+def _zero_per_microbatch(layout: Layout, calib: Calibration, shape: StageShape,
+                         compute: PassTimes, microbatches: int,
+                         traffic: _ZeroTraffic | None) -> float:
+    """Exposed ZeRO-2/3 ``traffic`` per micro-batch (the mean over the step's
+    ``microbatches``); None: none per micro-batch (ZeRO-3 under pipelining gathers once per
+    step, see _dp_exposed).
 
     ZeRO-3: the forward gathers each layer while the previous one computes, so only what
     exceeds the forward compute is exposed, plus the first layer's gather; the backward (and
@@ -597,9 +705,6 @@ def _zero_per_microbatch(model: Model, layout: Layout, job: Job, links: GroupLin
     forward, or the next micro-batch's forward. Only the step's last reduce-scatter waits in
     full (the last micro-batch's last layer).
     """
-    if layout.zero3_per_step:
-        return 0.0  # gathered once per step under pipelining (see _dp_exposed)
-    traffic = _zero_traffic(model, layout, job, links, calib, shape, options)
     if traffic is None:
         return 0.0
     layers = max(1, shape.layers)
@@ -630,12 +735,11 @@ def _overlapped(comm_s: float, window_s: float, efficiency: float) -> float:
     return max(comm_s - window_s, comm_s * (1.0 - efficiency), 0.0)
 
 
-def _record_zero(ledger: _Ledger, model: Model, layout: Layout, job: Job, links: GroupLinks,
-                 calib: Calibration, shape: StageShape, m: int, exposed_s: float,
-                 options: CostOptions = DEFAULT_OPTIONS) -> None:
-    """Ledger rows for ZeRO-2/3 over a whole step, sharing out the exposed time."""
-    traffic = _zero_traffic(model, layout, job, links, calib, shape, options)
-    if traffic is None or layout.zero3_per_step:
+def _record_zero(ledger: _Ledger, layout: Layout, traffic: _ZeroTraffic | None, m: int,
+                 exposed_s: float) -> None:
+    """Ledger rows for ZeRO-2/3 ``traffic`` (the worst stage's) over a whole step, sharing out
+    the exposed time."""
+    if traffic is None:
         return
     per_microbatch = traffic.gathers * traffic.gather_s + traffic.scatter_s
     share = exposed_s / (per_microbatch * m) if per_microbatch > 0 else 0.0
@@ -671,10 +775,11 @@ def _pp_p2p(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
 
 
 def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib: Calibration,
-                shapes: list[StageShape], stage_times: list[_StageTime], ledger: _Ledger,
-                overlap: bool, replicas: GroupLink | None = None,
-                gather_overlap: bool = True, state_sharded: bool = False) -> float:
-    """Gradient reduction (and the distributed optimizer's parameter gather) not hidden.
+                shapes: list[StageShape], stage_times: list[_StageTime], overlap: bool,
+                replicas: GroupLink | None = None, gather_overlap: bool = True,
+                state_sharded: bool = False) -> tuple[float, tuple[tuple[_Call, float], ...]]:
+    """Gradient reduction (and the distributed optimizer's parameter gather) not hidden, and
+    the worst stage's collectives with their shares of it (the ledger's DP rows).
 
     Gradients are reduced in buckets while the last micro-batch's backward runs; stage s ends
     its backward about s backward-passes before stage 0, which finishes last. Only what exceeds
@@ -695,9 +800,9 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
     # an HSDP replica all-reduce is left for the end of the step.
     per_microbatch_zero3 = zero >= 3 and not per_step_zero3
     if (per_microbatch_zero3 and replicas is None) or (dense_group <= 1 and expert_group <= 1):
-        return 0.0
+        return 0.0, ()
     if Group.DP_CP not in links:
-        return 0.0
+        return 0.0, ()
     opt = job.optimizer
     bucket = max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dense_group)
     mean_bwd = sum(t.compute.backward_s + t.compute.recompute_s for t in stage_times) / len(
@@ -737,10 +842,8 @@ def _dp_exposed(model: Model, layout: Layout, job: Job, links: GroupLinks, calib
         if exposed > worst or not rows:
             worst, rows = exposed, parts
     total = sum(p.time_s for p in rows)
-    for call in rows:
-        share = call.time_s / total if total > 0 else 0.0
-        ledger.add(Part.DP, call, 1, worst * share)
-    return worst
+    return worst, tuple((call, worst * (call.time_s / total if total > 0 else 0.0))
+                        for call in rows)
 
 
 def _dp_parts(dense: float, expert: float, links: GroupLinks, calib: Calibration,

@@ -9,12 +9,15 @@ which would hand a node another node's rank block.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import yaml
 
-from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import bash_array, checked, comment_block, quote
 from placer.mesh import order_text
+
+if TYPE_CHECKING:  # recommend-layout reads the defaults below without rank maps
+    from placer.launch.rankmap import PlacedCandidate
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SCRIPT = "train.py"
