@@ -231,6 +231,10 @@ def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES,
     """Coordinate search: each constant in turn over a shrinking grid, restarted until the
     restart no longer improves the loss (the constants interact, so one sweep stops early).
     ``predict`` gives the rows' throughputs under some constants (tests pass a plain one)."""
+    # A fit's trials rarely meet another fit's (each fold of leave_one_source_out takes its own
+    # path): the cache starts empty, so a process running 8 folds holds one fit's estimates.
+    _PREDICTED.clear()
+    _READ_SETS.clear()
     measured = [c for c in cases if not c.oom]
     params = parameters(measured)
     values = initial(params)
