@@ -15,6 +15,7 @@ import pytest
 
 from placer.cost import estimate, memory_estimate
 from placer.cost.memo import clear_caches
+from placer.cost.options import CostOptions
 from placer.cost.pipeline import microbatches_in_flight, saturated_microbatches
 from placer.spec import Job, Layout
 from placer.spec.presets import cluster_preset, model_preset
@@ -72,3 +73,23 @@ def test_saturated_microbatches_hold_what_the_batch_holds(schedule: str) -> None
         for stage in range(pp):
             assert (microbatches_in_flight(layout, stage, saturated)
                     == microbatches_in_flight(layout, stage, m)), (pp, vpp, m, stage)
+
+
+def test_layer_work_reads_only_its_key_fields() -> None:
+    """``layer_work`` is cached on ``compute.LAYER_FIELDS`` of the layout: layouts that differ
+    in every other field get the same work computed afresh (a field it starts to read must
+    join the key)."""
+    from placer.cost.compute import LAYER_FIELDS, _layer_work
+
+    job = Job(seq_len=4096, global_batch_size=256)
+    for model in (model_preset("llama3-70b"), model_preset("mixtral-8x7b"),
+                  model_preset("deepseek-v3")):
+        for base in LAYOUTS:
+            others = [*_variants(base), base.model_copy(update={"pp": 2 * base.pp}),
+                      base.model_copy(update={"recompute": "full", "offload_layers": 1}),
+                      base.model_copy(update={"vpp": 1, "schedule": None})]
+            for moe in (False, True) if model.moe is not None else (False,):
+                expected = _layer_work(model, job, base, moe, CostOptions())
+                for other in others:
+                    assert all(getattr(other, f) == getattr(base, f) for f in LAYER_FIELDS)
+                    assert _layer_work(model, job, other, moe, CostOptions()) == expected

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from placer.cost.memo import BATCH_FIELDS, cached, constants_key, new_cache, text_key
 from placer.cost.memory import LOGITS_BYTES_PER_ENTRY, activation_bytes_per_token
 from placer.cost.options import DEFAULT_OPTIONS, CostOptions
 from placer.cost.params import (
@@ -121,9 +122,26 @@ def tokens_per_gpu(job: Job, layout: Layout) -> float:
     return layout.micro_batch_size * job.seq_len / layout.cp
 
 
+LAYER_FIELDS = ("tp", "cp", "ep", "etp", "micro_batch_size", "sequence_parallel")
+"""The layout fields ``layer_work`` reads (directly and through tokens_per_gpu,
+kv_heads_per_gpu, sp_replication, activation_bytes_per_token, _mla_gemms and
+moe_dispatch_bytes): its cache key (tests/test_cost_memo.py checks the others change nothing)."""
+_LAYER_WORK: dict[tuple[object, ...], LayerWork] = new_cache()
+_PASS_TIMES: dict[tuple[object, ...], PassTimes] = new_cache()
+
+
 def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                options: CostOptions = DEFAULT_OPTIONS) -> LayerWork:
-    """GEMMs, attention and element-wise traffic of one transformer layer on one GPU."""
+    """GEMMs, attention and element-wise traffic of one transformer layer on one GPU; cached
+    under value keys (placer.cost.memo): a search and its compute floors (placer.cost.bound)
+    ask for the same layer for every pipeline depth, ZeRO stage and recomputation."""
+    key = (text_key(model), text_key(job, BATCH_FIELDS),
+           tuple(getattr(layout, name) for name in LAYER_FIELDS), moe_layer, options)
+    return cached(_LAYER_WORK, key, lambda: _layer_work(model, job, layout, moe_layer, options))
+
+
+def _layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
+                options: CostOptions) -> LayerWork:
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
     t = layout.tp
     tokens = tokens_per_gpu(job, layout)
@@ -447,6 +465,18 @@ def attention_key_efficiency(keys: float, calib: Calibration) -> float:
 
 def pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: str,
                *, is_layer: bool = True, modules: tuple[str, ...] | None = None) -> PassTimes:
+    """``_pass_times``, cached under value keys for constants from ``calibration_for``
+    (memo.constants_key; a fit's tuned constants are costed afresh)."""
+    constants = constants_key(calib)
+    if constants is None:
+        return _pass_times(work, calib, precision, recompute, is_layer=is_layer, modules=modules)
+    return cached(_PASS_TIMES, (work, constants, precision, recompute, is_layer, modules),
+                  lambda: _pass_times(work, calib, precision, recompute, is_layer=is_layer,
+                                      modules=modules))
+
+
+def _pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: str,
+                *, is_layer: bool = True, modules: tuple[str, ...] | None = None) -> PassTimes:
     """Time of forward, backward (dgrad + wgrad) and recomputation of ``work``.
 
     Full recomputation repeats a layer's forward. Selective repeats Megatron's ``modules``
