@@ -13,9 +13,10 @@ about a millisecond each), so the search bounds instead of enumerating:
      slowest stage's forward and backward at its largest micro-batch), and once that is within
      reach the same with the least exposed TP/CP/EP traffic added; the tuple is bisected for
      memory and probed only if that second floor is within reach;
-   - a (tuple, micro-batch) pair: one *probe* per SP setting (ZeRO 0, no recompute, one virtual
-     stage); compute and TP/CP/EP exposure do not shrink with ZeRO, interleaving or recompute,
-     and the bubble shrinks at most by the largest virtual-stage count;
+   - a (tuple, micro-batch) pair: its floor with exposure at that micro-batch until it comes
+     first, then one *probe* per SP setting (ZeRO 0, no recompute, one virtual stage); compute
+     and TP/CP/EP exposure do not shrink with ZeRO, interleaving or recompute, and the bubble
+     shrinks at most by the largest virtual-stage count;
    - a degree tuple: the probe of its largest micro-batch; per step, compute and TP/CP/EP
      exposure do not grow with the micro-batch (the same tokens in fewer, larger GEMMs and
      messages), and the bubble grows with it at most in proportion;
@@ -344,6 +345,24 @@ def _floor(search: _Search, degrees: Degrees, options: KnobOptions, usable: tupl
     return _Node(bound, True, key, degrees, options, usable, (), floors)
 
 
+def _pair_floor(search: _Search, node: _Node, mbs: int) -> _Node:
+    """A (tuple, micro-batch) pair not yet probed: bounded by its floor with exposure at that
+    micro-batch (``_floor``'s, with the bubble at the pair's most virtual stages) and by its
+    probed tuple's bound, both at most its probe bound (``_pair``)."""
+    degrees, options = node.degrees, node.options
+    sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
+    model, job, calib, opts = search.model, search.job, search.calib, search.options
+    floors = []
+    for sp in sps:
+        layout = degrees.layout(mbs=mbs, sp=sp)
+        floors.append(with_exposure(model, search.cluster, job, layout,
+                                    compute_floor(model, job, layout, calib, opts), calib, opts))
+    vpp_max = _vpp_max(options, mbs)
+    bound = max(node.bound_s, min(f.work_s + f.bubble_s / vpp_max for f in floors))
+    key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp, mbs)
+    return _Node(bound, False, key, degrees, options, (mbs,), ())
+
+
 def _fitting(search: _Search, degrees: Degrees, usable: tuple[int, ...]) -> tuple[int, ...]:
     """The micro-batches of ``usable`` that can fit: memory only grows with the micro-batch, so
     they are a prefix; its end found by bisection."""
@@ -397,11 +416,19 @@ def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degree
             continue
         if node.is_tuple:
             for mbs in node.mbs:
-                probe = node.probe if mbs == node.mbs[-1] else _probe(search, node.degrees, mbs)
-                pair = _pair(node.degrees, node.options, mbs, probe)
-                search.check(node.bound_s, pair.bound_s)
+                if mbs == node.mbs[-1]:
+                    pair = _pair(node.degrees, node.options, mbs, node.probe)
+                    search.check(node.bound_s, pair.bound_s)
+                else:  # probed only when its floor comes first, like a tuple
+                    pair = _pair_floor(search, node, mbs)
                 stats.pairs += 1
                 heapq.heappush(heap, pair)
+            continue
+        if not node.probe:
+            pair = _pair(node.degrees, node.options, node.mbs[0],
+                         _probe(search, node.degrees, node.mbs[0]))
+            search.check(node.bound_s, pair.bound_s)
+            heapq.heappush(heap, pair)
             continue
         stats.pairs_expanded += 1
         _expand(search, node)
