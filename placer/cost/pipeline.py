@@ -80,11 +80,11 @@ def microbatches_in_flight(layout: Layout, stage: int, num_microbatches: int) ->
 
 
 def saturated_microbatches(layout: Layout, num_microbatches: int) -> int:
-    """The fewest micro-batches whose ``microbatches_in_flight`` equals that of
-    ``num_microbatches`` on every stage: the in-flight count of every schedule but GPipe stops
-    growing by 2p micro-batches (1F1B's p - r, interleaved ``(v + 1)p - 1`` chunks of v per
-    micro-batch, ZB-V and DualPipe at most p + 1), so memory need not be costed again for a
-    larger global batch."""
+    """A micro-batch count at most ``num_microbatches`` whose ``microbatches_in_flight`` equals
+    its on every stage: the in-flight count of every schedule but GPipe stops growing by 2p
+    micro-batches (1F1B's p - r, interleaved ``(v + 1)p - 1`` chunks of v per micro-batch, ZB-V
+    and DualPipe at most p + 1), so memory need not be costed again for a larger global batch
+    (memory.memory_estimate's cache key)."""
     m = max(1, num_microbatches)
     if layout.pp == 1:
         return 1
