@@ -143,7 +143,7 @@ def _jean_zay(nodes: int) -> Cluster:
 # wire speed even at 32 Gb/s (nccl#209); no measurement on this fabric was found, so the figure
 # is a hardware constant fitted by bench/fit_compute.py over all BLOOM rows (the only runs on
 # it) and handed to the cost model the way a measured link profile would be.
-JEAN_ZAY_NETWORK_BUSBW = 1.31e+09
+JEAN_ZAY_NETWORK_BUSBW = 1.25e+09
 JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
 
 

@@ -49,12 +49,12 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # B200 holds GB200's rows too (CONSTANT_FAMILY); H100 holds H200's. attention_efficiency is
     # cuDNN's / FlashAttention-3's on Hopper and later (compute.FA2_RELATIVE_THROUGHPUT), and
     # FlashAttention-2's on A100 (llm-foundry's A100 rows).
-    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=2.19e+08,
+    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=7.64e+09,
                         attention_efficiency=0.341),
-    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.63e+10,
+    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.98e+10,
                         attention_efficiency=0.397),
-    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=4.94e+10,
-                        attention_efficiency=0.308),
+    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=5.41e+10,
+                        attention_efficiency=0.298),
 }
 # Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
 # of 100 timed iterations over a brute-force search of BF16 / FP8 (e4m3) matmul shapes,
@@ -100,7 +100,7 @@ SAME_SILICON = {"H800": "H100", "A800": "A100"}
 # same GPU runs every rank's kernels at once for minutes, at the power limit, with communication
 # kernels occupying SMs beside it. One constant for every GPU (a mechanism, not a family), fitted
 # by bench/fit_compute.py over all sources jointly.
-GEMM_SUSTAINED_FRACTION = 0.812
+GEMM_SUSTAINED_FRACTION = 0.837
 # Dense FP4 tensor-core peak over the dense FP8 one on GPUs with FP4 tensor cores (Blackwell's
 # fifth-generation tensor cores run NVFP4/MXFP4 GEMMs): B200 (HGX, 1000 W) 9000 vs 4500 TFLOP/s,
 # GB200 (1200 W) 10000 vs 5000, NVIDIA's figures as tabulated on
@@ -129,7 +129,7 @@ FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 1.87
+ELEMENTWISE_TRAFFIC_FACTOR = 2.17
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. One figure per overlap mechanism, each fitted by bench/fit_compute.py jointly over all
@@ -140,11 +140,12 @@ ELEMENTWISE_TRAFFIC_FACTOR = 1.87
 # the MCORE_R080_README and TORCHTITAN_2412 rows); ZERO_OVERLAP_EFFICIENCY for ZeRO-2/3 gathers
 # and reduce-scatters per micro-batch (FSDP, DeepSpeed ZeRO-3: LLMFOUNDRY_MPT, NARAYANAN21,
 # torchtitan, Llama 3 paper and NeMo AutoModel rows). All three, like every fitted constant in
-# this file, are the in-sample fold of bench/accuracy.py --loso-jobs 2 --loso-cycles 2
-# (2026-12-01 20:03-20:22 UTC, cost model and bench of 651f458; bench/results/accuracy-*.txt).
-OVERLAP_EFFICIENCY = 0.419
+# this file, are the in-sample fold of bench/accuracy.py --loso-jobs 2 --loso-rounds 3
+# --loso-cycles 6 (2026-12-01 22:59-23:33 UTC, cost model and bench of 1af1cdd;
+# bench/results/accuracy-*.txt).
+OVERLAP_EFFICIENCY = 0.472
 TP_OVERLAP_EFFICIENCY = 0.9
-ZERO_OVERLAP_EFFICIENCY = 0.555
+ZERO_OVERLAP_EFFICIENCY = 0.558
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
 # set's MoE rows (two Megatron-Bridge publications on H100, B200 and GB200: Qwen3-30B-A3B and
@@ -158,16 +159,17 @@ ZERO_OVERLAP_EFFICIENCY = 0.555
 # every GPU (host- and launch-bound work). Faster dispatchers (DeepEP, fused permutes) pay less: a
 # measured profile's ``moe_dispatch_s_per_routed_token`` replaces it. Since the Megatron-Bridge
 # MoE rows read their release's dispatcher (flex / HybridEP where its configs set it) and DeepEP's
-# RDMA traffic is counted per node, the joint fit (2026-12-01) puts most of this shortfall in the
-# per-layer time below and little per copy.
-MOE_DISPATCH_S_PER_ROUTED_TOKEN = 1.88e-09
+# RDMA traffic is counted per node, and the 25.11/26.02.01 rows read their releases' configs
+# (880936c, a21be44), the joint fit (2026-12-01 23:33) puts this time, and the per-layer one
+# below, at 0: the routed copies' HBM passes and the all-to-all explain the MoE rows.
+MOE_DISPATCH_S_PER_ROUTED_TOKEN = 0.0
 # Fixed time of one MoE layer's token dispatch per pass, whatever the micro-batch: Megatron-Core's
 # all-to-all dispatcher copies the per-expert token counts to the host to size its buffers (a
 # device-to-host sync per layer, moe/token_dispatcher.py; the reason for its
 # --moe-pad-expert-input-to-capacity option) and launches a train of small kernels. Fitted by
 # bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
 # range from 1 to 4 sequences.
-MOE_DISPATCH_S_PER_LAYER = 5.25e-05
+MOE_DISPATCH_S_PER_LAYER = 0.0
 # Host (CPU) time to launch one MoE layer's kernels in the forward pass: a part per layer (router,
 # permutations, dispatcher) and a part per local expert (Transformer Engine's GroupedLinear issues a
 # cuBLAS GEMM, and under FP8 a quantize kernel, per expert for each of the two linears). The
@@ -186,7 +188,7 @@ MOE_HOST_S_PER_EXPERT = 0.0
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
-ATTENTION_HALF_KEYS = 267
+ATTENTION_HALF_KEYS = 152
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
