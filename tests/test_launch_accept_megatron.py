@@ -38,6 +38,7 @@ from placer.spec.runtime import Runtime
 pytestmark = pytest.mark.slow
 
 EXPERT = ("ep", "etp", "edp")
+BIASED_MOE_PREFIXES = ("gpt-oss",)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,14 @@ def _model(case: Case) -> dict[str, Any]:
             "num_kv_heads": m.num_kv_heads or heads, "gated_mlp": m.gated_mlp,
             "expert_ffn_hidden_size": m.moe.expert_ffn_hidden_size if m.moe else None,
             "num_experts": m.moe.num_experts if m.moe else None,
-            "top_k": m.moe.top_k if m.moe else None}
+            "top_k": m.moe.top_k if m.moe else None,
+            # The user's model flag, which megatron-core checks against expert TP ("Bias in Moe
+            # is only supported when ETP==1"): Mixtral, Qwen3-MoE and DeepSeek have no linear
+            # biases (Megatron-LM's Mixtral script passes --disable-bias-linear,
+            # NVIDIA/Megatron-LM@0a40979 examples/mixtral/train_mixtral_8x7b_distributed.sh);
+            # GPT-OSS has them (Megatron-Bridge 0.3.1 gpt_oss_provider.py: add_bias_linear
+            # True); dense models keep Megatron's default (True).
+            "add_bias_linear": m.moe is None or m.name.startswith(BIASED_MOE_PREFIXES)}
 
 
 def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(

@@ -38,13 +38,16 @@ def test_megatron_core_builds_deepseek_v3_latent_attention(tmp_path: Path) -> No
              "ffn_hidden_size": m.ffn_hidden_size, "head_dim": m.head_dim,
              "num_kv_heads": m.num_attention_heads, "gated_mlp": m.gated_mlp,
              "expert_ffn_hidden_size": m.moe.expert_ffn_hidden_size,
-             "num_experts": m.moe.num_experts, "top_k": m.moe.top_k}
+             "num_experts": m.moe.num_experts, "top_k": m.moe.top_k,
+             "add_bias_linear": False}  # DeepSeek-V3 has no linear biases (as Mixtral's script)
     manifest, cases = [], []
     for index, candidate in enumerate(plan.candidates):
         folder = tmp_path / f"c{index}"
         folder.mkdir()
         files, refused = launch_bundle(plan, index)
-        assert not refused, [r.line() for r in refused]
+        # torchtitan may refuse a candidate (no expert TP in 0.3); the Megatron files may not
+        megatron_refused = [r for r in refused if r.target.name.startswith("megatron")]
+        assert not megatron_refused, [r.line() for r in megatron_refused]
         for f in files:
             (folder / f.name).write_text(f.text)
         manifest.append({"id": str(index), "dir": str(folder), "model": model,

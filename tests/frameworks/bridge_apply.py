@@ -118,7 +118,7 @@ def _container(bridge: dict[str, Any], recipe: str, model: dict[str, Any], mla: 
         "num_layers": model["num_layers"], "hidden_size": model["hidden_size"],
         "num_attention_heads": model["num_attention_heads"],
         "ffn_hidden_size": model["ffn_hidden_size"], "kv_channels": model["head_dim"],
-        "num_query_groups": model["num_kv_heads"]}
+        "num_query_groups": model["num_kv_heads"], "add_bias_linear": model["add_bias_linear"]}
     if model["gated_mlp"]:
         kw.update(activation_func=F.silu, gated_linear_unit=True)
     if model["num_experts"]:

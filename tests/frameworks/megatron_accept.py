@@ -119,6 +119,7 @@ def _transformer_config(args: argparse.Namespace, model: dict[str, Any]) -> Any:
         "num_attention_heads": model["num_attention_heads"],
         "ffn_hidden_size": model["ffn_hidden_size"], "kv_channels": model["head_dim"],
         "num_query_groups": model["num_kv_heads"],
+        "add_bias_linear": model["add_bias_linear"],
         # placer's flags, renamed as core_transformer_config_from_args does
         "tensor_model_parallel_size": args.tensor_model_parallel_size,
         "pipeline_model_parallel_size": args.pipeline_model_parallel_size,
@@ -244,7 +245,7 @@ def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
     kw.update(num_layers=model["num_layers"], hidden_size=model["hidden_size"],
               num_attention_heads=model["num_attention_heads"],
               ffn_hidden_size=model["ffn_hidden_size"], kv_channels=model["head_dim"],
-              num_query_groups=model["num_kv_heads"])
+              num_query_groups=model["num_kv_heads"], add_bias_linear=model["add_bias_linear"])
     if "expert_model_parallel_size" in kw:
         kw.update(num_moe_experts=model["num_experts"],
                   moe_ffn_hidden_size=model["expert_ffn_hidden_size"],
