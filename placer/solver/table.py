@@ -202,9 +202,19 @@ def _least_memory_fits(search: _Search, degrees: Degrees, mbs: int) -> bool:
                for z in zeros)
 
 
+def _sp_settings(search: _Search, degrees: Degrees) -> list[bool]:
+    """The SP settings a tuple's probe and floors cover: on only where SP can apply."""
+    return [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
+
+
+def _tuple_key(degrees: Degrees) -> tuple[int, ...]:
+    """A node's tie-breaking key: its degrees, in a fixed order."""
+    return (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp)
+
+
 def _probe(search: _Search, degrees: Degrees, mbs: int) -> Probe:
     """One estimate per SP setting: ZeRO 0, no recompute, one virtual stage."""
-    sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
+    sps = _sp_settings(search, degrees)
     return tuple((sp, search.estimate(degrees.layout(mbs=mbs, sp=sp))) for sp in sps)
 
 
@@ -221,7 +231,7 @@ def _vpp_max(options: KnobOptions, mbs: int) -> int:
 def _pair(degrees: Degrees, options: KnobOptions, mbs: int, probe: Probe) -> _Node:
     vpp_max = _vpp_max(options, mbs)
     bound = min(_work(e) + e.breakdown.pp_bubble_s / vpp_max for _, e in probe)
-    key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp, mbs)
+    key = (*_tuple_key(degrees), mbs)
     return _Node(bound, False, key, degrees, options, (mbs,), probe)
 
 
@@ -233,7 +243,7 @@ def _tuple(search: _Search, degrees: Degrees, options: KnobOptions,
     vpp_max = max(_vpp_max(options, m) for m in mbs)
     bound = min(_work(e) + e.breakdown.pp_bubble_s * smallest / largest / vpp_max
                 for _, e in probe)
-    key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp)
+    key = _tuple_key(degrees)
     return _Node(bound, True, key, degrees, options, mbs, probe)
 
 
@@ -330,7 +340,7 @@ def _floor(search: _Search, degrees: Degrees, options: KnobOptions, usable: tupl
     plus the bubble, scaled to the smallest micro-batch and the most virtual stages. Per step
     they do not grow with the micro-batch, so this is at most the probe bound of the
     micro-batches that fit. Without ``floors`` the compute floors, else those with exposure."""
-    sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
+    sps = _sp_settings(search, degrees)
     largest, smallest = usable[-1], usable[0]
     vpp_max = max(_vpp_max(options, m) for m in usable)
     layouts = [degrees.layout(mbs=largest, sp=sp) for sp in sps]
@@ -341,7 +351,7 @@ def _floor(search: _Search, degrees: Degrees, options: KnobOptions, usable: tupl
     else:
         floors = tuple(compute_floor(model, job, layout, calib, opts) for layout in layouts)
     bound = min(f.work_s + f.bubble_s * smallest / largest / vpp_max for f in floors)
-    key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp)
+    key = _tuple_key(degrees)
     return _Node(bound, True, key, degrees, options, usable, (), floors)
 
 
@@ -350,7 +360,7 @@ def _pair_floor(search: _Search, node: _Node, mbs: int) -> _Node:
     micro-batch (``_floor``'s, with the bubble at the pair's most virtual stages) and by its
     probed tuple's bound, both at most its probe bound (``_pair``)."""
     degrees, options = node.degrees, node.options
-    sps = [False, True] if sp_allowed(degrees.tp, search.job.seq_len) else [False]
+    sps = _sp_settings(search, degrees)
     model, job, calib, opts = search.model, search.job, search.calib, search.options
     floors = []
     for sp in sps:
@@ -359,7 +369,7 @@ def _pair_floor(search: _Search, node: _Node, mbs: int) -> _Node:
                                     compute_floor(model, job, layout, calib, opts), calib, opts))
     vpp_max = _vpp_max(options, mbs)
     bound = max(node.bound_s, min(f.work_s + f.bubble_s / vpp_max for f in floors))
-    key = (degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep, degrees.etp, mbs)
+    key = (*_tuple_key(degrees), mbs)
     return _Node(bound, False, key, degrees, options, (mbs,), ())
 
 
