@@ -20,7 +20,7 @@ from placer.cost.deepspeed_optimizer import (
     optimizer_wrapper,
     placer_wrapper,
 )
-from placer.cost.memory import FRAGMENTATION_FRACTION
+from placer.cost.memory import fragmentation_fraction
 from placer.cost.stack_options import job_options
 from placer.spec import Job, Layout, Model
 from placer.spec.presets import cluster_preset
@@ -181,17 +181,20 @@ def test_deepspeed_plan_at_stage_0_under_pipelining_is_bf16_optimizer_memory() -
     assert megatron["optimizer_bytes"] == pytest.approx(12 * params, rel=1e-9)
     # the bf16 .grad is handed out again every step: counted toward the fragmentation allowance
     dynamic = ds["activations_bytes"] + ds["logits_bytes"] + ds["moe_buffers_bytes"]
-    share = FRAGMENTATION_FRACTION / (1 - FRAGMENTATION_FRACTION)
+    fraction = fragmentation_fraction(layout)
+    share = fraction / (1 - fraction)
     assert ds["fragmentation_bytes"] == pytest.approx((dynamic + 2 * params) * share, rel=1e-6)
 
 
 def test_deepspeed_plan_at_zero_1_reallocates_bf16_gradients() -> None:
     """DeepSpeedZeroOptimizer stage 1: model-dtype .grad (2 B) dropped into its buckets."""
-    params, ds = _estimate(Layout(pp=2, dp=8, zero_stage=1), "deepspeed@0.19")
+    layout = Layout(pp=2, dp=8, zero_stage=1)
+    params, ds = _estimate(layout, "deepspeed@0.19")
     assert ds["gradients_bytes"] == pytest.approx(2 * params, rel=1e-9)
     assert ds["optimizer_bytes"] == pytest.approx(12 * params / 8, rel=1e-9)
     dynamic = ds["activations_bytes"] + ds["logits_bytes"] + ds["moe_buffers_bytes"]
-    share = FRAGMENTATION_FRACTION / (1 - FRAGMENTATION_FRACTION)
+    fraction = fragmentation_fraction(layout)
+    share = fraction / (1 - fraction)
     assert ds["fragmentation_bytes"] == pytest.approx((dynamic + 2 * params) * share, rel=1e-6)
 
 

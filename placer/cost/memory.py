@@ -54,14 +54,22 @@ FRAMEWORK_BASE_BYTES = 1 << 30
 # NCCL buffers per communicator: NCCL_BUFFSIZE 4 MiB (docs/sources.md 3) per peer direction, two
 # peers on a ring, up to 32 channels: 4 MiB x 2 x 32 = 256 MiB.
 NCCL_BYTES_PER_COMMUNICATOR = 4 * 2**20 * 2 * 32
-# Allocator fragmentation: the share of reserved memory the caching allocator cannot hand out.
-# GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measured 15 % on average (up to 33 %) over
-# eight LLMs trained on A100 80GB with recomputation, ZeRO and offloading; it comes from the
-# irregular allocation and freeing of activations and transient buffers, so it is applied to
-# those, not to weights and optimizer state allocated once; gradients count where the optimizer
-# frees them and autograd allocates them again each step (CostOptions.grads_reallocated,
+# Allocator fragmentation: the share of reserved memory the caching allocator cannot hand out
+# (1 - peak allocated / peak reserved), by whether the backward recomputes activations. GMLake
+# (Guo et al., ASPLOS 2024, arXiv:2401.08156) measured PyTorch's caching allocator per strategy,
+# fine-tuning OPT-1.3B, Vicuna-13B and GPT-NeoX-20B with DeepSpeed ZeRO-3 on 4 A100-80GB
+# (intelligent-machine-learning/glake@2898380 GMLake/README.md "Scalability on Memory-efficient
+# Strategy", figures GMLake/docs/figures/stra-{opt-1.3b,vicuna-13b,neox-20b}.png, P-R): utilization
+# 0.928 / 0.955 / 0.958 with no strategy (N) and 0.661 / 0.840 / 0.961 with recomputation (R),
+# read off the plots (docs/sources.md 9.4). The fractions are the means over the three models:
+# 0.053 (0.072, 0.045, 0.042) and 0.179 (0.339, 0.160, 0.039). GMLake's other strategies add LoRA
+# and DeepSpeed's optimizer offload, which placer does not plan. Fragmentation comes from the
+# irregular allocation and freeing of activations and transient buffers, so the fraction is
+# applied to those, not to weights and optimizer state allocated once; gradients count where the
+# optimizer frees them and autograd allocates them again each step (CostOptions.grads_reallocated,
 # deepspeed_bf16_optimizer).
-FRAGMENTATION_FRACTION = 0.15
+FRAGMENTATION_FRACTION_NO_RECOMPUTE = 0.053
+FRAGMENTATION_FRACTION_RECOMPUTE = 0.179
 # Output logits and cross-entropy: the forward keeps 4 bytes per vocabulary entry per token (the
 # fp32 softmax or log-softmax, as in Megatron's estimator, 4*s*b*V, docs/sources.md 9.2); the
 # peak comes in the loss backward. Megatron's vocab-parallel cross-entropy
@@ -531,8 +539,20 @@ def _zero3_transient(model: Model, layout: Layout, layer_params: float, job: Job
     return live * opt.param_bytes + grads * opt.grad_bytes
 
 
-def _fragmentation(dynamic_bytes: float, options: CostOptions) -> float:
-    """Reserved-but-unusable memory when ``dynamic_bytes`` are live (fraction f of reserved).
+def fragmentation_fraction(layout: Layout) -> float:
+    """The caching allocator's fragmentation fraction for ``layout``: GMLake's recomputation
+    figure when the backward recomputes activations (any recompute mode: GMLake measured
+    per-layer checkpointing, the nearest strategy to selective and op-level recompute), else its
+    no-strategy figure. Activation offloading is not a strategy GMLake measured (its offload is
+    DeepSpeed's optimizer offload), so it keeps its recompute mode's fraction."""
+    if layout.recompute == "none" or layout.recompute_layers == 0:
+        return FRAGMENTATION_FRACTION_NO_RECOMPUTE
+    return FRAGMENTATION_FRACTION_RECOMPUTE
+
+
+def _fragmentation(dynamic_bytes: float, options: CostOptions, layout: Layout) -> float:
+    """Reserved-but-unusable memory when ``dynamic_bytes`` are live (fraction f of reserved,
+    fragmentation_fraction).
 
     With ``expandable_segments`` the caching allocator maps physical pages into one growing
     virtual segment on demand (the virtual-memory stitching GMLake measured removing the
@@ -540,11 +560,12 @@ def _fragmentation(dynamic_bytes: float, options: CostOptions) -> float:
     """
     if options.expandable_segments:
         return 0.0
-    return dynamic_bytes * FRAGMENTATION_FRACTION / (1.0 - FRAGMENTATION_FRACTION)
+    fraction = fragmentation_fraction(layout)
+    return dynamic_bytes * fraction / (1.0 - fraction)
 
 
-def _peak_moment(mem: _StageMemory, scale: float,
-                 options: CostOptions) -> tuple[float, _StageMemory]:
+def _peak_moment(mem: _StageMemory, scale: float, options: CostOptions,
+                 layout: Layout) -> tuple[float, _StageMemory]:
     """(bytes, what is held) at the stage's peak: inside the backward, or at the optimizer step
     where its transients (``step_transient``) hold more. The step comes after the activations
     are freed, and the caching allocator returns its unused cached blocks to the driver before
@@ -552,7 +573,7 @@ def _peak_moment(mem: _StageMemory, scale: float,
     fragmentation allowance is added there."""
     dynamic = scale * mem.dynamic
     state = mem.weights + mem.gradients + mem.optimizer
-    backward = state + dynamic + _fragmentation(dynamic + mem.reallocated, options)
+    backward = state + dynamic + _fragmentation(dynamic + mem.reallocated, options, layout)
     step = state + mem.step_transient
     if step <= backward:
         return backward, mem
@@ -635,7 +656,7 @@ def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
             continue
         seen.add(shape.kind)
         total, mem = _peak_moment(_stage_memory(model, job, layout, shape, options, acts),
-                                  scale, options)
+                                  scale, options, layout)
         if best is None or total > best[0]:
             best = (total, shape.stage, mem)
     assert best is not None
@@ -649,7 +670,8 @@ def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         "logits_bytes": math.ceil(scale * mem.logits),
         "moe_buffers_bytes": math.ceil(scale * mem.moe_buffers),
         "framework_bytes": framework,
-        "fragmentation_bytes": math.ceil(_fragmentation(dynamic + mem.reallocated, options)),
+        "fragmentation_bytes": math.ceil(_fragmentation(dynamic + mem.reallocated, options,
+                                                        layout)),
         "overhead_bytes": overhead,
     }
     return MemoryBreakdown(**parts, total_bytes=sum(parts.values()),
