@@ -201,7 +201,8 @@ def evaluate(recipe: Recipe, top: int, emit: Path | None = None) -> Outcome:
     refusals = tuple(launch_refusals(recipe, best, emit))
     default = capacity_bytes(cluster, planned.model_copy(
         update={"memory_headroom": DEFAULT_MEMORY_HEADROOM}))
-    problem = stack_problem(best.layout, load_stack(planned.stack)) if planned.stack else None
+    problem = (stack_problem(best.layout, load_stack(planned.stack), model) if planned.stack
+               else None)
     rule = f"{problem[0]}={problem[1]}: {problem[2]}" if problem else ""
     gain = est.step_time_s / best.step_time_s - 1.0
     notes = tuple(line for line in best.why if line.startswith("unvalidated"))

@@ -56,6 +56,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
                                  first_dense_layers=3, layer_frequency=1)),
 }
 
+# Whether each model's MLP / expert linears carry biases, read off transformers' modeling files
+# (GPT-2 Conv1D and GPT-NeoX nn.Linear MLPs: biases; GptOssExperts gate_up_proj_bias and
+# down_proj_bias; Llama, Qwen2 (QKV bias only), Mixtral, Qwen3-MoE and DeepSeek-V3 MLPs:
+# bias=False) and Megatron-Bridge 0.3.1's bridges (gpt_oss add_bias_linear True; qwen2,
+# qwen3_moe, deepseek_v3 False).
+BIASED = {"gpt2", "gpt-neox-20b", "gpt-oss-120b"}
+
 
 def _config(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((HF / name / "config.json").read_text())
@@ -74,6 +81,7 @@ def test_public_config_imports_to_the_right_model(name: str) -> None:
     moe = expected.pop("moe")
     for field, value in expected.items():
         assert getattr(model, field) == value, field
+    assert model.linear_bias is (name in BIASED)
     if moe is None:
         assert model.moe is None
     else:
@@ -191,6 +199,24 @@ def test_gpt2_style_inner_size_and_multi_query() -> None:
 def test_unknown_model_type_gates_by_activation(activation: str, gated: bool) -> None:
     data = {**_config("llama-3-8b"), "model_type": "someday", "hidden_act": activation}
     assert _import(data).gated_mlp is gated
+
+
+@pytest.mark.parametrize(("name", "changes", "biased"), [
+    ("llama-3-8b", {"mlp_bias": True}, True),  # LlamaMLP's bias=config.mlp_bias
+    ("llama-3-8b", {"model_type": "someday"}, True),  # no key: Megatron's add_bias_linear default
+    ("llama-3-8b", {"model_type": "someday", "mlp_bias": False}, False),
+    ("gpt2", {"model_type": "opt", "enable_bias": False}, False),  # OPTConfig enable_bias
+    ("gpt2", {"model_type": "falcon"}, False),  # FalconConfig bias defaults to False
+    ("gpt-oss-120b", {"attention_bias": False}, True),  # the experts' biases have no key
+    ("mixtral-8x7b", {"mlp_bias": True}, False),  # MixtralBlockSparseTop2MLP: bias=False
+])
+def test_linear_bias_keys(name: str, changes: dict[str, Any], biased: bool) -> None:
+    assert _import({**_config(name), **changes}).linear_bias is biased
+
+
+def test_linear_bias_that_is_not_a_flag_is_one_line_naming_the_key() -> None:
+    with pytest.raises(PlacerError, match="'mlp_bias' is 'yes'; expected true or false"):
+        _import({**_config("llama-3-8b"), "mlp_bias": "yes"})
 
 
 def test_explicit_tie_word_embeddings_wins_over_the_family_default() -> None:

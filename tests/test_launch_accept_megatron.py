@@ -29,16 +29,17 @@ from helpers_launch import candidate, plan, small_cluster
 
 from placer.cost.stack_options import job_options
 from placer.dialects import megatron
-from placer.launch import launch_bundle
+from placer.launch import launch_bundle, placement_of
+from placer.launch.frameworks import render_megatron_sh
 from placer.spec import Job, Layout
 from placer.spec.presets import model_preset
 from placer.spec.runtime import Runtime
+from placer.spec.stack import load_stack, stack_problem
 
 # Each starts the framework in its own venv over every example candidate (tests/conftest.py).
 pytestmark = pytest.mark.slow
 
 EXPERT = ("ep", "etp", "edp")
-BIASED_MOE_PREFIXES = ("gpt-oss",)
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +57,20 @@ def _model(case: Case) -> dict[str, Any]:
             "expert_ffn_hidden_size": m.moe.expert_ffn_hidden_size if m.moe else None,
             "num_experts": m.moe.num_experts if m.moe else None,
             "top_k": m.moe.top_k if m.moe else None,
-            # The user's model flag, which megatron-core checks against expert TP ("Bias in Moe
-            # is only supported when ETP==1"): Mixtral, Qwen3-MoE and DeepSeek have no linear
-            # biases (Megatron-LM's Mixtral script passes --disable-bias-linear,
-            # NVIDIA/Megatron-LM@0a40979 examples/mixtral/train_mixtral_8x7b_distributed.sh);
-            # GPT-OSS has them (Megatron-Bridge 0.3.1 gpt_oss_provider.py: add_bias_linear
-            # True); dense models keep Megatron's default (True).
-            "add_bias_linear": m.moe is None or m.name.startswith(BIASED_MOE_PREFIXES)}
+            # The user's model flag (--disable-bias-linear when false), which megatron-core
+            # checks against expert TP ("Bias in Moe is only supported when ETP==1"): the
+            # model's own field (Model.linear_bias: GPT-OSS on, Mixtral/Qwen3/DeepSeek off).
+            "add_bias_linear": m.linear_bias}
 
 
 def test_megatron_core_accepts_the_flags_and_builds_the_plans_groups(
         cases: list[Case], tmp_path: Path) -> None:
     version = need("megatron-core")
+    for case in cases:
+        if "megatron_args.sh" not in case.written:  # refused only for megatron-core's MoE bias
+            assert case.layout.etp > 1 and case.plan.model.linear_bias, case.id
+            assert any(f"stack rule {megatron.MOE_BIAS_RULE}" in r for r in case.refused), case.id
+    cases = [c for c in cases if "megatron_args.sh" in c.written]
     manifest = [{"id": c.id, "dir": str(c.folder), "model": _model(c),
                  "world_size": c.layout.num_gpus} for c in cases]
     bridge_src = megatron_bridge_src()
@@ -202,6 +205,44 @@ def bridge_applies(cases: list[Case], tmp_path: Path) -> None:
                 "ddp.overlap_param_gather": doc["ddp"]["overlap_param_gather"]}, where
     print(f"Megatron-Bridge 0.3.1: {len(written)} overrides files merged and set up on both "
           "kinds of recipe")
+
+
+def test_megatron_core_refuses_expert_tp_with_biases_where_the_stack_rule_does(
+        tmp_path: Path) -> None:
+    """megatron-core's TransformerConfig is the truth for the stack rule moe-bias-needs-etp-1:
+    GPT-OSS-120B (linears with biases) and Mixtral-8x7B (none) at ETP 1 and 2, on 2 x 8 GPUs;
+    the flags are rendered as the Megatron dialect writes them (render_megatron_sh, past the
+    dialect's own refusal). megatron-core refuses exactly the layouts the megatron-core stack
+    refuses, with its assert; the dialect writes no Megatron file for those."""
+    version = need("megatron-core")
+    stack = load_stack("megatron-core")
+    job = Job(name="moe-bias", seq_len=4096, global_batch_size=64)
+    cluster, manifest, verdicts = small_cluster(2, 8), [], {}
+    for name in ("gpt-oss-120b", "mixtral-8x7b"):
+        m = model_preset(name)
+        for etp in (1, 2):
+            layout = Layout(tp=2, dp=8, ep=4, etp=etp, zero_stage=1, sequence_parallel=True)
+            p = plan(m, cluster, [candidate(m, cluster, job, layout)], job=job)
+            case_id = f"{name}-etp{etp}"
+            folder = tmp_path / case_id
+            folder.mkdir()
+            (folder / megatron.FILE).write_text(render_megatron_sh(placement_of(p, 0)))
+            files, refused = launch_bundle(p, 0)
+            rule = stack_problem(layout, stack, m)
+            verdicts[case_id] = (rule is not None, megatron.FILE not in [f.name for f in files],
+                                 refused)
+            manifest.append({"id": case_id, "dir": str(folder), "world_size": 16,
+                             "model": _model(Case(case_id, p, 0, folder, (), ()))})
+    results = run_worker("megatron_accept.py", [], manifest, tmp_path)
+    for case_id, (rule, not_written, refused) in verdicts.items():
+        error = results[case_id].get("error", "")
+        megatron_refuses = "Bias in Moe is only supported when ETP==1" in error
+        assert megatron_refuses or not error, f"{case_id}: {error}"
+        assert rule == megatron_refuses == not_written, (case_id, rule, error, refused)
+        if not_written:
+            assert any(f"stack rule {megatron.MOE_BIAS_RULE}" in r.line() for r in refused)
+    assert [k for k, v in verdicts.items() if v[0]] == ["gpt-oss-120b-etp2"]
+    print(f"megatron-core {version}: refuses GPT-OSS at ETP 2 ('Bias in Moe'), as the stack rule")
 
 
 def overlap_cases(root: Path) -> list[Case]:

@@ -39,7 +39,7 @@ def test_megatron_core_builds_deepseek_v3_latent_attention(tmp_path: Path) -> No
              "num_kv_heads": m.num_attention_heads, "gated_mlp": m.gated_mlp,
              "expert_ffn_hidden_size": m.moe.expert_ffn_hidden_size,
              "num_experts": m.moe.num_experts, "top_k": m.moe.top_k,
-             "add_bias_linear": False}  # DeepSeek-V3 has no linear biases (as Mixtral's script)
+             "add_bias_linear": m.linear_bias}  # DeepSeek-V3's preset: none
     manifest, cases = [], []
     for index, candidate in enumerate(plan.candidates):
         folder = tmp_path / f"c{index}"

@@ -8,6 +8,7 @@ import pytest
 from helpers_cli import cli
 
 from placer.spec.layout import Layout
+from placer.spec.presets import model_preset
 from placer.spec.stack import load_stack, stack_problem
 
 
@@ -20,7 +21,8 @@ def test_recommend_proposes_only_what_the_stack_runs(stack: str,
     layouts = [Layout.model_validate(c["layout"]) for c in json.loads(out)["candidates"]]
     assert layouts
     for layout in layouts:
-        assert stack_problem(layout, load_stack(stack)) is None, layout.compact()
+        assert stack_problem(layout, load_stack(stack), model_preset("llama3-8b")) is None, (
+            layout.compact())
     if stack == "deepspeed":  # its pipeline engine refuses ZeRO-2/3; no CP, no virtual stages
         assert all(lay.cp == 1 and lay.vpp == 1 and not (lay.pp > 1 and lay.zero_stage >= 2)
                    for lay in layouts)

@@ -12,9 +12,12 @@ from placer.cost.stack_options import options_for
 from placer.errors import InputError
 from placer.spec import Job
 from placer.spec.layout import Layout
-from placer.spec.stack import load_stack, stack_names, stack_problem
+from placer.spec.presets import model_preset
+from placer.spec.stack import Condition, load_stack, stack_names, stack_problem
 
 JOB = Job(seq_len=4096, global_batch_size=64)
+# Rules on the layout alone are tested on a dense model; the MoE layouts on one without biases.
+DENSE, MOE = model_preset("llama3-8b"), model_preset("mixtral-8x7b")
 
 
 def test_four_presets_load_and_cite_a_commit() -> None:
@@ -50,8 +53,34 @@ def test_unknown_stack_is_a_one_line_error() -> None:
 ])
 def test_stack_rules_refuse_what_the_framework_refuses(stack: str, layout: str,
                                                         rule: str) -> None:
-    problem = stack_problem(Layout.parse(layout), load_stack(stack))
+    problem = stack_problem(Layout.parse(layout), load_stack(stack), DENSE)
     assert problem is not None and problem[0] == f"stack rule {rule}"
+
+
+@pytest.mark.parametrize(("model", "layout", "refused"), [
+    # megatron-core transformer_config.py: "Bias in Moe is only supported when ETP==1"
+    ("gpt-oss-120b", "tp=2,dp=4,ep=4,etp=2", True),  # GPT-OSS's linears carry biases
+    ("gpt-oss-120b", "tp=2,dp=4,ep=4,etp=1", False),
+    ("mixtral-8x7b", "tp=2,dp=4,ep=4,etp=2", False),  # Mixtral's have none
+])
+def test_megatron_refuses_expert_tp_with_biased_moe_linears(model: str, layout: str,
+                                                             refused: bool) -> None:
+    problem = stack_problem(Layout.parse(layout), load_stack("megatron-core"), model_preset(model))
+    if refused:
+        assert problem is not None and problem[0] == "stack rule moe-bias-needs-etp-1"
+        assert "Bias in Moe is only supported when ETP==1" in problem[2]
+        assert "transformer_config.py" in problem[2] and "linear_bias: false" in problem[2]
+    else:
+        assert problem is None
+
+
+def test_a_condition_reads_the_model_or_the_layout() -> None:
+    bias = Condition.parse("bias=on")
+    layout = Layout.parse("dp=8")
+    assert bias.holds(layout, model_preset("gpt-oss-120b"))
+    assert not bias.holds(layout, MOE)
+    with pytest.raises(ValueError, match="with a key from .*bias"):
+        Condition.parse("biases=on")
 
 
 @pytest.mark.parametrize(("stack", "layout", "field"), [
@@ -63,7 +92,7 @@ def test_stack_rules_refuse_what_the_framework_refuses(stack: str, layout: str,
     ("megatron-core", "dp=8,zero=3,reshard=off", "layout.reshard_after_forward"),
 ])
 def test_stack_refuses_knobs_it_lacks(stack: str, layout: str, field: str) -> None:
-    problem = stack_problem(Layout.parse(layout), load_stack(stack))
+    problem = stack_problem(Layout.parse(layout), load_stack(stack), DENSE)
     assert problem is not None and problem[0] == field
     assert load_stack(stack).name in problem[2]
 
@@ -77,7 +106,8 @@ def test_stack_refuses_knobs_it_lacks(stack: str, layout: str, field: str) -> No
     ("megatron-core", "dp=1,zero=1"),  # distributed optimizer on one rank: a no-op, accepted
 ])
 def test_stack_runs_its_published_combinations(stack: str, layout: str) -> None:
-    assert stack_problem(Layout.parse(layout), load_stack(stack)) is None
+    model = MOE if Layout.parse(layout).ep > 1 else DENSE
+    assert stack_problem(Layout.parse(layout), load_stack(stack), model) is None
 
 
 def test_stack_defaults_reach_the_cost_options() -> None:

@@ -21,6 +21,7 @@ from placer.dialects.base import (
     version_key,
 )
 from placer.spec import Model
+from placer.spec.stack import load_stack
 
 TARGET = Target("megatron", "Megatron-LM", ("0.13", "0.14", "0.15", "0.16"), "0.16",
                 "megatron-core")
@@ -140,6 +141,11 @@ def fit(placed: Placed) -> OrderFit:
 # Pipeline schedules Megatron-LM's training loop runs: 1F1B, and interleaved 1F1B with
 # virtual stages (megatron/core/pipeline_parallel/schedules.py get_forward_backward_func).
 SCHEDULES = ("1f1b", "interleaved")
+# megatron-core asserts ETP 1 for an MoE model with linear biases ("Bias in Moe is only supported
+# when ETP==1": core_v0.15.3 transformer_config.py L1301-1304, core_v0.16.1 L1588-1591); 0.13 and
+# 0.14 refuse biases in their grouped-GEMM experts at any ETP (moe/experts.py GroupedMLP,
+# TEGroupedMLP), which includes it. The rule is the megatron-core stack's, by this id.
+MOE_BIAS_RULE = "moe-bias-needs-etp-1"
 
 
 def refusals(placed: Placed, version: str) -> list[Refusal]:
@@ -156,6 +162,11 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     if layout.recompute == "op":
         out.append("has no per-op selective recomputation (recompute=op is torchtitan's); use "
                    "recompute=selective with --recompute-modules")
+    model = placed.plan.model
+    bias = load_stack(TARGET.package).rule(MOE_BIAS_RULE)
+    if model.moe is not None and bias.applies(layout, model):
+        out.append(f"refuses etp={layout.etp} for {model.name}, whose linears carry biases "
+                   f"(stack rule {bias.id}: {bias.why})")
     return [Refusal(FILE, TARGET, version, reason) for reason in out]
 
 

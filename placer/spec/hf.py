@@ -31,6 +31,13 @@ Sliding-window attention: ``sliding_window`` (keys per query) on the layers ``la
 ``sliding_attention`` (GPT-OSS: every other layer), or on every layer when the config has no
 ``layer_types`` (Mistral-7B-v0.1); ``use_sliding_window: false`` (Qwen2/3) turns it off.
 
+Linear biases (``linear_bias``, Megatron's ``add_bias_linear``) as Megatron-Bridge 0.3.1 derives
+them (models/conversion/model_bridge.py CONFIG_MAPPING: ``mlp_bias`` -> add_bias_linear; its
+family bridges fix the value where the modeling file does): fixed by ``model_type`` where the
+modeling file fixes it (``FIXED_LINEAR_BIAS``), else the family's bias key
+(``LINEAR_BIAS_KEYS``: ``mlp_bias``, OPT's ``enable_bias``, Starcoder2's ``use_bias``, Falcon's
+``bias``) or, absent, its configuration class's default, else Megatron's default (biases on).
+
 Gated MLP (SwiGLU-style, three matrices): by ``model_type`` where it is known, else when the
 activation (``hidden_act``) is silu/swish/swiglu. Tied embeddings: ``tie_word_embeddings`` when
 present, else the family's default (tied for gpt2 and gpt_bigcode, untied otherwise).
@@ -57,6 +64,31 @@ PLAIN_MLP_MODEL_TYPES = frozenset({
     "starcoder2",
 })
 GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+# model_type -> whether the MLP / expert linears carry biases, where transformers' modeling file
+# fixes it with no config key: GPT-OSS's experts always have gate_up_proj_bias/down_proj_bias
+# (modeling_gpt_oss.py GptOssExperts; Megatron-Bridge 0.3.1 gpt_oss_bridge.py add_bias_linear
+# True); GPT-2 style Conv1D/Linear MLPs, BLOOM, GPT-NeoX and Phi MLPs are nn.Linear/Conv1D with
+# biases; Mistral, Mixtral, Qwen2(-MoE) (QKV bias only: Megatron add_qkv_bias), Qwen3(-MoE),
+# DeepSeek-V2/V3, Gemma(2), OLMo(2), OLMoE and Phi-3 MLPs are bias-free (bias=False; Bridge 0.3.1's
+# qwen2/qwen3/qwen3_moe/deepseek_v2/deepseek_v3/gemma/gemma2/olmoe bridges and the mistral
+# provider set add_bias_linear False).
+FIXED_LINEAR_BIAS = {
+    "gpt_oss": True, "gpt2": True, "gptj": True, "codegen": True, "gpt_bigcode": True,
+    "bloom": True, "gpt_neox": True, "phi": True,
+    "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False, "qwen3": False,
+    "qwen3_moe": False, "deepseek_v2": False, "deepseek_v3": False, "gemma": False,
+    "gemma2": False, "olmo": False, "olmo2": False, "olmoe": False, "phi3": False,
+}
+# model_type -> (the config key that switches its linear biases, the configuration class's
+# default when config.json leaves it out): LlamaConfig/GraniteConfig mlp_bias False (transformers
+# configuration_llama.py, configuration_granite.py), OPTConfig enable_bias True, Starcoder2Config
+# use_bias True, FalconConfig bias False. Other families: ``mlp_bias`` when present.
+LINEAR_BIAS_KEYS = {
+    "llama": ("mlp_bias", False), "granite": ("mlp_bias", False), "opt": ("enable_bias", True),
+    "starcoder2": ("use_bias", True), "falcon": ("bias", False),
+}
+MEGATRON_LINEAR_BIAS = True
+"""megatron-core TransformerConfig.add_bias_linear's default (transformer_config.py)."""
 TIED_BY_DEFAULT = frozenset({"gpt2", "gpt_bigcode"})
 GPT2_STYLE = frozenset({"gpt2", "gptj", "codegen", "gpt_bigcode"})
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -178,6 +210,7 @@ def model_from_hf_config(data: dict[str, Any], default_name: str, source: str) -
         "gated_mlp": _gated(read, keys),
         "vocab_size": read.integer("vocab_size"),
         "tied_embeddings": read.flag("tie_word_embeddings", read.model_type in TIED_BY_DEFAULT),
+        "linear_bias": _linear_bias(read),
         "max_seq_len": read.optional_int(keys.positions),
         "moe": _moe(read, num_layers),
         "mla": _mla(read),
@@ -235,6 +268,14 @@ def _sliding_window(read: _Reader, num_layers: int) -> dict[str, Any]:
         )
     sliding = sum(kind == "sliding_attention" for kind in kinds)
     return {"sliding_window": window, "sliding_window_layers": sliding} if sliding else {}
+
+
+def _linear_bias(read: _Reader) -> bool:
+    """Whether the MLP / expert linears carry biases (module docstring, "Linear biases")."""
+    if read.model_type in FIXED_LINEAR_BIAS:
+        return FIXED_LINEAR_BIAS[read.model_type]
+    key, default = LINEAR_BIAS_KEYS.get(read.model_type, ("mlp_bias", MEGATRON_LINEAR_BIAS))
+    return read.flag(key, default)
 
 
 def _gated(read: _Reader, keys: _Keys) -> bool:

@@ -403,7 +403,7 @@ def layout_problem(layout: Layout, model: Model, job: Job, num_gpus: int) -> tup
     if job.stack is not None:
         from placer.spec.stack import load_stack, stack_problem  # the stack refers to Layout
 
-        return stack_problem(layout, load_stack(job.stack))
+        return stack_problem(layout, load_stack(job.stack), model)
     return None
 
 

@@ -59,6 +59,12 @@ class Model(Spec):
     gated_mlp: bool = Field(default=True, description="SwiGLU-style gated MLP (3 matrices)")
     vocab_size: int = Field(ge=1, le=10**7)
     tied_embeddings: bool = False
+    linear_bias: bool = Field(
+        default=True, description="the attention and MLP (expert) linear layers carry biases: "
+        "Megatron's add_bias_linear, on unless --disable-bias-linear (megatron-core "
+        "transformer_config.py); GPT-2/3, BLOOM, GPT-OSS on; Llama, Mistral, Mixtral, Qwen, "
+        "DeepSeek off. QKV-only biases (Qwen2, Megatron add_qkv_bias) do not count. Megatron "
+        "runs MoE with biases only at etp=1")
     max_seq_len: int | None = Field(default=None, ge=1, le=100_000_000)
     sliding_window: int | None = Field(
         default=None, ge=1, le=100_000_000,

@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 from placer.errors import PlacerError
 from placer.spec.base import Spec
 from placer.spec.layout import RECOMPUTE_CHOICES, Layout, Recompute, RecomputeModule
+from placer.spec.model import Model
 from placer.spec.pipeline import Schedule
 from placer.spec.runtime import Dispatcher, Fp8Recipe, Overlap, Runtime
 
@@ -51,10 +52,16 @@ _SUBJECTS: dict[str, Callable[[Layout], int | str]] = {
     "offload": lambda lay: lay.offload_layers,
     "reshard": lambda lay: "on" if lay.reshards_after_forward else "off",
 }
+_MODEL_SUBJECTS: dict[str, Callable[[Model], int | str]] = {
+    "bias": lambda model: "on" if model.linear_bias else "off",
+}
+"""Keys a condition may test on the model instead of the layout (``bias=on``: Model.linear_bias,
+Megatron's add_bias_linear)."""
 
 
 class Condition(Spec):
-    """One test on a layout, written like a job constraint: ``zero>=2``, ``schedule in zbv``."""
+    """One test on a layout or its model, written like a job constraint: ``zero>=2``,
+    ``schedule in zbv``, ``bias=on``."""
 
     key: str
     op: Literal["<=", ">=", "!=", "=", "<", ">", "in"]
@@ -63,15 +70,16 @@ class Condition(Spec):
     @classmethod
     def parse(cls, text: str) -> Condition:
         match = _CONDITION_RE.match(text)
-        if not match or match.group(1) not in _SUBJECTS:
+        if not match or match.group(1) not in (*_SUBJECTS, *_MODEL_SUBJECTS):
             raise ValueError(f"condition {text!r} must look like 'zero>=2' or 'schedule in zbv' "
-                             f"with a key from {', '.join(_SUBJECTS)}")
+                             f"with a key from {', '.join((*_SUBJECTS, *_MODEL_SUBJECTS))}")
         raw = [v.strip() for v in match.group(3).split(",")]
         values = tuple(int(v) if v.isdigit() else v for v in raw)
         return cls(key=match.group(1), op=match.group(2).strip(), values=values)  # type: ignore[arg-type]
 
-    def holds(self, layout: Layout) -> bool:
-        subject = _SUBJECTS[self.key](layout)
+    def holds(self, layout: Layout, model: Model) -> bool:
+        subject = (_MODEL_SUBJECTS[self.key](model) if self.key in _MODEL_SUBJECTS
+                   else _SUBJECTS[self.key](layout))
         if self.op == "in":
             return subject in self.values
         return bool(_OPERATORS[self.op](subject, self.values[0]))
@@ -110,6 +118,9 @@ class StackRule(Spec):
     def _conditions(cls, data: object) -> object:
         return _parse_when(data)
 
+    def applies(self, layout: Layout, model: Model) -> bool:
+        return all(c.holds(layout, model) for c in self.when)
+
 
 class StackRequirement(Spec):
     """Flags a launch must carry when ``when`` holds (what the framework asserts otherwise)."""
@@ -125,8 +136,8 @@ class StackRequirement(Spec):
     def _conditions(cls, data: object) -> object:
         return _parse_when(data)
 
-    def applies(self, layout: Layout) -> bool:
-        return all(c.holds(layout) for c in self.when)
+    def applies(self, layout: Layout, model: Model) -> bool:
+        return all(c.holds(layout, model) for c in self.when)
 
 
 class StackDefaults(Spec):
@@ -168,6 +179,13 @@ class Stack(Spec):
         "(DeepSpeed's pipeline engine reduces after the last micro-batch: false)")
     notes: str = Field(default="", max_length=2000)
 
+    def rule(self, rule_id: str) -> StackRule:
+        """The rule of that id (a dialect that enforces it at launch looks it up here)."""
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        raise KeyError(f"{self.name} has no stack rule {rule_id!r}")
+
     @model_validator(mode="after")
     def _consistent(self) -> Stack:
         unknown = [f for f in self.layout_fields if f not in LAYOUT_KNOBS]
@@ -196,8 +214,9 @@ def _knob_set(layout: Layout, field: str) -> bool:
     return value is not None
 
 
-def stack_problem(layout: Layout, stack: Stack) -> tuple[str, object, str] | None:
-    """The first reason ``stack`` cannot run ``layout``, naming the stack rule; None if it can."""
+def stack_problem(layout: Layout, stack: Stack, model: Model) -> tuple[str, object, str] | None:
+    """The first reason ``stack`` cannot run ``layout`` of ``model``, naming the stack rule; None
+    if it can."""
     for field in LAYOUT_KNOBS:
         if field not in stack.layout_fields and _knob_set(layout, field):
             return (f"layout.{field}", getattr(layout, field),
@@ -217,7 +236,7 @@ def stack_problem(layout: Layout, stack: Stack) -> tuple[str, object, str] | Non
             return ("layout.recompute_modules", module, f"{stack.name} recomputes "
                     f"{', '.join(stack.recompute_modules) or 'no modules'}")
     for rule in stack.rules:
-        if all(c.holds(layout) for c in rule.when):
+        if rule.applies(layout, model):
             return (f"stack rule {rule.id}", layout.compact(), f"{rule.why} ({rule.source})")
     return None
 
