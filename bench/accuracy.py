@@ -686,14 +686,15 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                                        else bridge_dispatcher or "alltoall"),
                        ep_comm_overlap=bridge_a2a_overlap,
                        # Expert GEMMs (compute.expert_gemm_group): torchtitan's torch._grouped_mm
-                       # is one grouped kernel; NeMo AutoModel's DeepEP experts call
-                       # grouped_gemm.ops.gmm, whose default build loops one cuBLAS GEMM per
-                       # expert (tgale96/grouped_gemm README, "conservative (cuBLAS) mode");
-                       # Megatron's --moe-grouped-gemm is Transformer Engine's 4-stream one.
+                       # is one grouped kernel; Megatron's --moe-grouped-gemm is Transformer
+                       # Engine's 4-stream one, and so is NeMo AutoModel's experts="gmm": its
+                       # pinned nv-grouped-gemm 1.1.4.post8 (Automodel@e458120
+                       # docker/common/uv-pytorch.lock) runs GroupedGemm off sm80 as one cuBLAS
+                       # GEMM per expert round-robin on NUM_STREAM = 4 streams
+                       # (fanshiqing/grouped_gemm@v1.1.4.post8 csrc/grouped_gemm.cu,
+                       # CublasGroupedGemm), as the nemo-automodel stack preset prices it.
                        moe_grouped_kernel="single" if eager or cutedsl else "te_streams",
                        cuda_graphs=graphs,
-                       moe_grouped_gemm=not (source in AUTOMODEL_SOURCES
-                                             and "deepep" in notes.lower()),
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
                        cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's
