@@ -112,6 +112,17 @@ class Case:
         return list(stages) if stages else [layers // layout.pp] * layout.pp
 
 
+def write_case(folder: Path, case_id: str, plan: Plan, index: int = 0,
+               framework_versions: tuple[str, ...] = ()) -> Case:
+    """Candidate ``index``'s launch files, written into the new ``folder``."""
+    folder.mkdir(parents=True)
+    files, refused = launch_bundle(plan, index, framework_versions=framework_versions)
+    for f in files:
+        (folder / f.name).write_text(f.text)
+    return Case(case_id, plan, index, folder, tuple(f.name for f in files),
+                tuple(r.line() for r in refused))
+
+
 def write_cases(root: Path, framework_versions: tuple[str, ...] = (),
                 plans: list[Path] | None = None) -> list[Case]:
     """Every candidate's launch files, one folder each: of the example plans, or of ``plans``
@@ -121,13 +132,8 @@ def write_cases(root: Path, framework_versions: tuple[str, ...] = (),
         plan = load_plan(plan_path)
         for index in range(len(plan.candidates)):
             case_id = f"{plan_path.parent.name}#{index}"
-            folder = root / case_id.replace("#", "-")
-            folder.mkdir(parents=True)
-            files, refused = launch_bundle(plan, index, framework_versions=framework_versions)
-            for f in files:
-                (folder / f.name).write_text(f.text)
-            cases.append(Case(case_id, plan, index, folder, tuple(f.name for f in files),
-                              tuple(r.line() for r in refused)))
+            cases.append(write_case(root / case_id.replace("#", "-"), case_id, plan, index,
+                                    framework_versions))
     return cases
 
 

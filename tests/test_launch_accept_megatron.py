@@ -24,6 +24,7 @@ from helpers_frameworks import (
     missing,
     need,
     run_worker,
+    write_case,
 )
 from helpers_launch import candidate, plan, small_cluster
 
@@ -261,13 +262,7 @@ def overlap_cases(root: Path) -> list[Case]:
         job = Job(name=name, seq_len=4096, global_batch_size=64, runtime=Runtime(overlaps=overlaps))
         m, cluster = model_preset(model), small_cluster(2, 8)
         p = plan(m, cluster, [candidate(m, cluster, job, layout)], job=job)
-        folder = root / name
-        folder.mkdir()
-        files, refused = launch_bundle(p, 0)
-        for f in files:
-            (folder / f.name).write_text(f.text)
-        out.append(Case(name, p, 0, folder, tuple(f.name for f in files),
-                        tuple(r.line() for r in refused)))
+        out.append(write_case(root / name, name, p))
     return out
 
 

@@ -125,6 +125,7 @@ is used."""
 
 def placer_wrapper(zero_stage: int, pp: int) -> Wrapper:
     """The wrapper a DeepSpeed plan of placer runs: placer.dialects.deepspeed writes ``bf16:
-    {enabled: true}``, ``zero_optimization.stage`` = the layout's and no ``data_types``, and
-    pp > 1 runs the pipeline engine (release 0.19, the deepspeed@0.19 stack)."""
+    {enabled: true}``, ``zero_optimization.stage`` = the layout's and ``data_types.
+    grad_accum_dtype`` = the dtype this wrapper then accumulates in (bf16, the same as unset),
+    and pp > 1 runs the pipeline engine (release 0.19, the deepspeed@0.19 stack)."""
     return optimizer_wrapper(zero_stage, "bf16", pipeline=pp > 1)

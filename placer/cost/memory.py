@@ -599,8 +599,8 @@ def deepspeed_engine_memory(job: Job, layout: Layout,
                             options: CostOptions) -> tuple[Job, CostOptions]:
     """The job and options as DeepSpeed's engine runs ``layout`` from placer's DeepSpeed config
     (options.deepspeed_engine): its optimizer wrapper's memory flags, and gradients in the
-    accumulation dtype, bf16 (no ``data_types`` in the file; deepspeed_optimizer.py), which is
-    also the dtype DeepSpeed reduces them in (step.estimate_with). The returned options are
+    accumulation dtype, bf16 (the file's ``data_types.grad_accum_dtype``; deepspeed_optimizer.py),
+    which is also the dtype DeepSpeed reduces them in (step.estimate_with). The returned options are
     resolved (``deepspeed_engine`` off), so memory_estimate under estimate_with does not resolve
     them again."""
     wrapper = deepspeed_optimizer.placer_wrapper(layout.zero_stage, layout.pp)

@@ -8,12 +8,23 @@ pp or cp > 1 has a data-parallel size below the world, so a config that states
 plans placer leaves ``train_batch_size`` out: DeepSpeed derives it from the other two and the
 data-parallel size it sees, so the file is accepted both ways and every rank runs the plan's
 micro-batches (docs/sources.md 7.1).
+
+``data_types.grad_accum_dtype`` (deepspeed/runtime/constants.py, read by config.py; unset: the
+model's dtype, engine.py ``get_data_types``) is written as the gradient dtype the plan's memory
+priced: on the deepspeed stack the dtype DeepSpeed's wrapper for this file accumulates in (bf16,
+``placer.cost.memory.deepspeed_engine_memory``), elsewhere the job's ``optimizer.grad_bytes``
+(fp32 main gradients by default). Where DeepSpeed refuses that dtype with bf16 weights (fp32 at
+ZeRO stage 0: ``placer.cost.deepspeed_optimizer.optimizer_wrapper``) it is left out, and the
+README says the launch accumulates in bf16.
 """
 
 from __future__ import annotations
 
 import json
 
+from placer.cost.deepspeed_optimizer import DTYPE_BYTES, Precision, optimizer_wrapper
+from placer.cost.memory import deepspeed_engine_memory
+from placer.cost.stack_options import job_options
 from placer.dialects.base import Placed, Refusal, Target
 
 TARGET = Target("deepspeed", "DeepSpeed", ("0.16", "0.17", "0.18", "0.19"), "0.19", "deepspeed")
@@ -22,7 +33,12 @@ BATCH_KEY = "train_batch_size"
 MICRO_KEY = "train_micro_batch_size_per_gpu"
 ACCUMULATION_KEY = "gradient_accumulation_steps"
 ZERO_KEY = "zero_optimization"
+DATA_TYPES_KEY = "data_types"
+GRAD_ACCUM_KEY = "grad_accum_dtype"
 KEYS = (BATCH_KEY, MICRO_KEY, ACCUMULATION_KEY, ZERO_KEY)
+# placer's file runs bf16 weights ("bf16": {"enabled": true}); these are the accumulation dtypes
+# DeepSpeed can be told, by the bytes per gradient the estimate priced.
+GRAD_DTYPES: dict[int, Precision] = {DTYPE_BYTES["fp32"]: "fp32", DTYPE_BYTES["bf16"]: "bf16"}
 # AutoTP training: {"tensor_parallel": {"autotp_size": N}} (DeepSpeed >= 0.16.4; engine.py
 # autotp_size()); "tp_size" is its older spelling.
 TP_SECTION = "tensor_parallel"
@@ -48,6 +64,27 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     return []
 
 
+def grad_accum_dtype(placed: Placed) -> tuple[Precision | None, str | None]:
+    """The plan's gradient dtype as ``data_types.grad_accum_dtype`` (module docstring), or None
+    and the note saying why it is left out."""
+    layout, job = placed.layout, placed.plan.job
+    options = job_options(job)
+    priced = (deepspeed_engine_memory(job, layout, options)[0] if options.deepspeed_engine
+              else job).optimizer.grad_bytes
+    dtype = GRAD_DTYPES.get(priced)
+    if dtype is None:
+        return None, (f"The estimate keeps {priced}-byte gradients, which DeepSpeed's "
+                      f"{DATA_TYPES_KEY}.{GRAD_ACCUM_KEY} cannot say: left out, so the launch "
+                      "accumulates gradients in bf16.")
+    try:
+        optimizer_wrapper(layout.zero_stage, "bf16", pipeline=layout.pp > 1, grad_accum_dtype=dtype)
+    except ValueError as exc:
+        return None, (f"The estimate keeps {dtype} gradients, but {exc}: "
+                      f"{DATA_TYPES_KEY}.{GRAD_ACCUM_KEY} is left out, so the launch "
+                      "accumulates gradients in bf16.")
+    return dtype, None
+
+
 def config(placed: Placed) -> dict[str, object]:
     layout, job = placed.layout, placed.plan.job
     zero: dict[str, object] = {"stage": layout.zero_stage}
@@ -62,6 +99,9 @@ def config(placed: Placed) -> dict[str, object]:
         "bf16": {"enabled": True},
         ZERO_KEY: zero,
     })
+    dtype = grad_accum_dtype(placed)[0]
+    if dtype is not None:
+        out[DATA_TYPES_KEY] = {GRAD_ACCUM_KEY: dtype}
     return out
 
 
@@ -85,6 +125,9 @@ def notes(placed: Placed) -> list[str]:
     else:
         out = [f"train_batch_size {job.global_batch_size} = {micro} x {steps} x {layout.dp} "
                "data-parallel ranks; no mpu is needed."]
+    left_out = grad_accum_dtype(placed)[1]
+    if left_out is not None:
+        out.append(left_out)
     out.append("DeepSpeed has no key for the rank order; TP/PP groups come from the mpu "
                "(Megatron order) or from placer_mesh.")
     return out

@@ -1,6 +1,7 @@
 """Load placer's deepspeed.json with DeepSpeed's own DeepSpeedConfig, with and without an mpu.
 
-``python deepspeed_accept.py MANIFEST.json``; each case ``{"id", "dir", "world_size", "dp"}``.
+``python deepspeed_accept.py MANIFEST.json``; each case ``{"id", "dir", "world_size", "dp",
+"pp"}``.
 DeepSpeedConfig reads the world size from ``deepspeed.comm``, so each case starts a process
 group of the plan's world size on the ``fake`` backend (stub a CPU-only machine forces: no
 NCCL, one process stands for every rank). The mpu is a stand-in with the one method
@@ -9,7 +10,10 @@ mpu needs initialised NCCL groups). DeepSpeed's CPU accelerator would JIT-compil
 shared-memory all-reduce kernel (C++, minutes) when the communication backend starts; that
 kernel holds no config logic, so ``build_shm_op`` returns None, DeepSpeed's own answer when the
 op is not compatible. Prints one JSON line per case: the batch settings DeepSpeed
-derived, or its error, for each of the two ways.
+derived, or its error, for each of the two ways; and the gradient accumulation DeepSpeed's
+engine resolves from the file (``DeepSpeedEngine.get_data_types``, and the optimizer wrapper
+``_do_optimizer_sanity_check`` then picks, or its refusal), called on an engine shell that holds
+only the config, as tests/frameworks/deepspeed_optimizer_select.py does.
 """
 
 from __future__ import annotations
@@ -46,6 +50,27 @@ def _config(path: Path, mpu: Any) -> dict[str, Any]:
             "bf16": config.bfloat16_config.enabled}
 
 
+def _accumulation(path: Path, pipeline: bool) -> dict[str, Any]:
+    import torch
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    config = DeepSpeedConfig(str(path))
+    engine = DeepSpeedEngine.__new__(DeepSpeedEngine)
+    for name, value in (("_config", config), ("pipeline_parallelism", pipeline),
+                        ("global_rank", 0)):
+        object.__setattr__(engine, name, value)
+    _, accumulation = engine.get_data_types()
+    out: dict[str, Any] = {"raw": config.grad_accum_dtype,
+                           "bytes": torch.empty(0, dtype=accumulation).element_size()}
+    try:
+        out["wrapper"] = engine._do_optimizer_sanity_check(
+            torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))]))
+    except (NotImplementedError, ValueError, AssertionError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def check(case: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
@@ -67,7 +92,8 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
     path = Path(case["dir"], "deepspeed.json")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return {"id": case["id"], "with_mpu": _config(path, DataParallelMpu(case["dp"])),
-                "without_mpu": _config(path, None)}
+                "without_mpu": _config(path, None),
+                "accumulation": _accumulation(path, case["pp"] > 1)}
 
 
 def main() -> None:
