@@ -60,7 +60,7 @@ def estimate_command(model_ref: str, cluster_ref: str, nodes: int | None,
     order = parse_order(order_text)
     result = estimate(model, cluster, job, layout, order=order,
                       profile=load_profile_option(profile))
-    if len({p.node_type for p in cluster.pools}) > 1:  # MFU of the GPUs used (imports the solver)
+    if cluster.mixed_node_types:  # MFU of the GPUs used (imports the solver)
         from placer.solver import used_peaks_estimate
 
         result = used_peaks_estimate(cluster, job, result)

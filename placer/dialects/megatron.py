@@ -243,14 +243,15 @@ def runtime_settings(placed: Placed) -> tuple[dict[str, object], list[str]]:
     return out, notes
 
 
-def runtime_args(placed: Placed) -> list[tuple[str, ...]]:
-    """``runtime_settings`` as Megatron-LM flags."""
+def runtime_args(runtime: dict[str, object]) -> list[tuple[str, ...]]:
+    """``runtime_settings``' settings as Megatron-LM flags."""
     return [(RUNTIME_FLAGS[dest],) if value is True else (RUNTIME_FLAGS[dest], str(value))
-            for dest, value in runtime_settings(placed)[0].items()]
+            for dest, value in runtime.items()]
 
 
-def args(placed: Placed) -> list[tuple[str, ...]]:
-    """Megatron-LM flags as (flag, value...) tuples, in a stable order (docs/sources.md 6.2)."""
+def args(placed: Placed, runtime: dict[str, object]) -> list[tuple[str, ...]]:
+    """Megatron-LM flags as (flag, value...) tuples, in a stable order (docs/sources.md 6.2);
+    ``runtime`` is ``runtime_settings(placed)``'s settings (the caller also writes its notes)."""
     layout, plan = placed.layout, placed.plan
     out: list[tuple[str, ...]] = [
         ("--tensor-model-parallel-size", str(layout.tp)),
@@ -305,7 +306,7 @@ def args(placed: Placed) -> list[tuple[str, ...]]:
     out.append(("--bf16",))
     if plan.job.precision == "fp8":
         out.append(("--fp8-format", "hybrid"))
-    out += runtime_args(placed)
+    out += runtime_args(runtime)
     flag = fit(placed).flag
     if flag:
         out.append((flag,))

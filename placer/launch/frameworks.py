@@ -52,12 +52,14 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
                      "reduce-scatters gradients every micro-batch; it saves and loads only "
                      f"--ckpt-format {megatron.FSDP_CKPT_FORMAT}, and needs "
                      "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (env.sh leaves it unset).")
-    notes += megatron.runtime_settings(placement)[1]
+    runtime, runtime_notes = megatron.runtime_settings(placement)
+    notes += runtime_notes
     lines = ["# shellcheck shell=bash", *comment_block(notes),
              *(f"# {line}" for line in world_line(placement)),
              "# shellcheck disable=SC2034  # read by the script that sources this file",
              "MEGATRON_ARGS=("]
-    lines += ["  " + " ".join(quote(part) for part in arg) for arg in megatron.args(placement)]
+    lines += ["  " + " ".join(quote(part) for part in arg)
+              for arg in megatron.args(placement, runtime)]
     lines.append(")")
     return "\n".join(lines) + "\n"
 

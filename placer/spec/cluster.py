@@ -276,9 +276,15 @@ class Cluster(Spec):
         return total - sum(len(g) for g in self._excluded.values())
 
     @property
+    def mixed_node_types(self) -> bool:
+        """The pools use more than one node type: stages split by GPU speed, MFU of the peaks
+        of the GPUs used."""
+        return len({p.node_type for p in self.pools}) > 1
+
+    @property
     def is_regular(self) -> bool:
         """One node type and no excluded GPU: placement can use symmetry."""
-        return len({p.node_type for p in self.pools}) == 1 and not self.excluded_gpus
+        return not self.mixed_node_types and not self.excluded_gpus
 
     def nodes(self) -> list[NodeInfo]:
         """Every node with its type, host name and healthy GPUs (expands the pools)."""
