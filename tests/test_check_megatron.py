@@ -101,6 +101,11 @@ def test_model_defaults_follow_megatron() -> None:
     assert model.tied_embeddings and model.kv_heads == 24 and model.vocab_size == 32000
     plain = parse("--num-layers 24 --hidden-size 2304 --num-attention-heads 24").model
     assert plain is not None and plain.ffn_hidden_size == 4 * 2304 and not plain.gated_mlp
+    # add_bias_linear is on unless --disable-bias-linear (transformer_config.py)
+    assert model.linear_bias and plain.linear_bias
+    bare = parse("--num-layers 24 --hidden-size 2304 --num-attention-heads 24 "
+                 "--disable-bias-linear").model
+    assert bare is not None and not bare.linear_bias
 
 
 def test_moe_flags_and_expert_tp_default() -> None:

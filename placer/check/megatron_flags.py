@@ -55,6 +55,8 @@ _READ_ONLY_BOOL_FLAGS = {
     "cpu-optimizer": "optimizer_offload",
     "account-for-embedding-in-pipeline-split": "embedding_in_split",
     "account-for-loss-in-pipeline-split": "loss_in_split",
+    # add_bias_linear off (megatron-core transformer_config.py; Model.linear_bias)
+    "disable-bias-linear": "disable_bias_linear",
 }
 INT_FLAGS = {**megatron.INT_FLAGS, **megatron_deepspeed.LAUNCHER_INT_FLAGS,
              **_READ_ONLY_INT_FLAGS}

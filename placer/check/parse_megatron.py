@@ -410,6 +410,7 @@ def _model(ints: dict[str, int], flags: set[str], path: Path, parsed: ParsedConf
         "num_attention_heads": ints["num_attention_heads"], "ffn_hidden_size": ffn,
         "gated_mlp": gated, "vocab_size": vocab, "tied_embeddings": "untie" not in flags,
         "head_dim": ints.get("head_dim"), "max_seq_len": ints.get("max_position_embeddings"),
+        "linear_bias": "disable_bias_linear" not in flags,
     }
     if "group_query_attention" in flags:
         fields["num_kv_heads"] = ints.get("num_query_groups", 1)
