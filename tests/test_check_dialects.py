@@ -119,6 +119,10 @@ def test_neox_and_nemo_yaml(tmp_path: Path) -> None:
     parsed = read_configs(nemo)[0]
     assert parsed.world_size == 32 and parsed.model is not None
     assert parsed.model.ffn_hidden_size == 16384
+    assert parsed.model.linear_bias  # NeMo's model.bias defaults on, as add_bias_linear
+    nemo.write_text(nemo.read_text() + "  bias: false\n")
+    model = read_configs(nemo)[0].model
+    assert model is not None and not model.linear_bias
 
 
 def test_recompute_modules_and_block_layers_reach_the_layout() -> None:

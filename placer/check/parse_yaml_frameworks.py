@@ -261,6 +261,10 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
         "tied_embeddings": bool(get(model, "share_embeddings_and_output_weights")
                                 if model.get("share_embeddings_and_output_weights") is not None
                                 else True),
+        # Megatron-Bridge's TransformerConfig field add_bias_linear, NeMo 1's model.bias (both
+        # default on, as megatron-core's add_bias_linear)
+        "linear_bias": next((v for v in (get(model, "add_bias_linear"), get(model, "bias"))
+                             if isinstance(v, bool)), True),
     }
     if get(model, "multi_latent_attention") is True:
         fields.update(_mla({k: get(model, k) for k in model if k in _MLA_DEFAULTS}))
