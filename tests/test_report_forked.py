@@ -64,3 +64,35 @@ def test_a_group_runs_in_one_child_and_a_single_group_here() -> None:
     assert results[0][1] == results[2][1] != results[1][1] == results[3][1] != parent
     alone = list(forked_map(lambda n: (n, os.getpid()), [0, 1], group=lambda n: "one"))
     assert alone == [(0, parent), (1, parent)]
+
+
+@needs_fork
+def test_started_items_run_before_results_and_come_back_in_item_order(tmp_path) -> None:
+    """``ForkedRuns.start`` forks the named items at once (the what-ifs beside the main
+    search); ``results`` starts the rest, one child each, and yields in the items' order."""
+    parent = os.getpid()
+    marks = [tmp_path / f"{n}" for n in range(3)]
+
+    def fn(n: int) -> tuple[int, int]:
+        marks[n].write_text("done")
+        return n, os.getpid()
+
+    runs = forked.ForkedRuns(fn, [0, 1, 2])
+    runs.start([2])
+    deadline = time.monotonic() + 10
+    while not marks[2].exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marks[2].exists() and not marks[0].exists() and not marks[1].exists()
+    results = list(runs.results())
+    assert [n for n, _ in results] == [0, 1, 2]
+    pids = {pid for _, pid in results}
+    assert parent not in pids and len(pids) == 3
+
+
+def test_runs_on_one_cpu_compute_every_item_here(monkeypatch) -> None:
+    """Without a second CPU nothing is forked and every item is computed here, in order."""
+    monkeypatch.setattr(forked, "usable_cpus", lambda: 1)
+    parent = os.getpid()
+    runs = forked.ForkedRuns(lambda n: (n, os.getpid()), [5, 6])
+    runs.start([1])
+    assert list(runs.results()) == [(5, parent), (6, parent)]

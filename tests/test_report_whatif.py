@@ -8,7 +8,7 @@ from placer.cli.options import load_job_inputs
 from placer.cli.recommend_command import args_from_argv
 from placer.report.describe import same_shape
 from placer.report.plan import plan_in_steps, with_what_ifs_solved
-from placer.report.whatif import variants
+from placer.report.whatif import early_variants, variants
 from placer.solver import recommend
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -62,3 +62,20 @@ def test_what_ifs_are_fresh_searches_where_the_main_table_is_small() -> None:
     (re-ranking the main table's tuples said "The answer holds at twice the global batch")."""
     _assert_what_ifs_are_fresh_searches(*_inputs("--model", "llama3-405b", "--cluster",
                                                  "dgx-h100", "--nodes", "2048"))
+
+
+def test_the_variant_on_another_cluster_starts_beside_the_main_search() -> None:
+    """With one free core, twice the nodes (a new data-parallel degree: it reuses least of the
+    main search's costed pieces) starts first; with none, nothing starts early; with more,
+    the batch variants follow in the explanation's order."""
+    model, cluster, job, _ = _inputs("--model", "llama3-8b", "--cluster", "dgx-h100",
+                                     "--nodes", "2", "--seq-len", "4096",
+                                     "--global-batch", "64")
+    found = variants(cluster, job)
+    assert [label.split(" (")[0] for label, _, _ in found] == [
+        "twice the global batch", "half the global batch", "twice the nodes"]
+    assert early_variants(found, cluster, 1) == [2]
+    assert early_variants(found, cluster, 0) == []
+    assert early_variants(found, cluster, 3) == [2, 0, 1]
+    big = cluster.with_nodes(4096 // 8)  # too many GPUs to double: the batches alone
+    assert early_variants(variants(big, job), big, 1) == [0]

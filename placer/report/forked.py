@@ -1,9 +1,9 @@
 """Independent computations in forked child processes, their results in order.
 
 The what-ifs are three more searches that need nothing from one another; with a second core,
-forked children solve them while this process prints the main answer (sampled on the 2-core
-development machine, they were 40 % of GPT-3's command). A forked child starts from this
-process's memory, so nothing is imported or loaded again, and sends back only its results
+forked children solve them while this process searches and prints the main answer (sampled on
+the 2-core development machine, they were 40 % of GPT-3's command). A forked child starts from
+this process's memory, so nothing is imported or loaded again, and sends back only its results
 (pickled). Where fork is unavailable, on one CPU, or when a child fails in any way, the item is
 computed here instead: which process computed a result never changes it.
 """
@@ -14,9 +14,9 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,6 +27,11 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def can_fork() -> bool:
+    """Whether forked children can run beside this process: a second CPU and fork."""
+    return usable_cpus() >= 2 and "fork" in multiprocessing.get_all_start_methods()
 
 
 def _serve(fn: Callable[[Any], Any], batch: Sequence[Any], conn: Connection) -> None:
@@ -47,47 +52,84 @@ def _serve(fn: Callable[[Any], Any], batch: Sequence[Any], conn: Connection) -> 
                 conn.send(("failed", None))
 
 
+class ForkedRuns(Generic[T, R]):
+    """``fn`` of each of ``items``, computed in forked children started when the caller says
+    (``start``: some before other work of this process, the rest with ``results``), read back
+    in the items' order. ``fn`` must be pure: a child's result is used as it is, and an item
+    whose child failed, or that no child computes (one CPU, no fork), is computed here."""
+
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T]) -> None:
+        self._fn, self._items = fn, list(items)
+        self._fork = can_fork()
+        self._child_of: dict[int, int] = {}
+        self._children: list[tuple[Any, Connection]] = []
+
+    def start(self, indices: Iterable[int],
+              group: Callable[[int], Hashable] | None = None) -> None:
+        """Fork a child now for the items at ``indices`` not started yet: one per item, or one
+        per ``group`` of item indices (a group's items run in turn in one child, sharing what
+        the first caches). Nothing where children cannot run (``can_fork``)."""
+        todo = [i for i in indices if i not in self._child_of]
+        if not self._fork or not todo:
+            return
+        key = group if group is not None else (lambda index: index)
+        context = multiprocessing.get_context("fork")
+        for stream in (sys.stdout, sys.stderr):  # a child must not repeat buffered output
+            stream.flush()
+        for name in dict.fromkeys(key(i) for i in todo):
+            batch = [i for i in todo if key(i) == name]
+            receive, send = context.Pipe(duplex=False)
+            child = context.Process(target=_serve,
+                                    args=(self._fn, [self._items[i] for i in batch], send),
+                                    daemon=True)
+            child.start()
+            send.close()
+            for index in batch:
+                self._child_of[index] = len(self._children)
+            self._children.append((child, receive))
+
+    def results(self) -> Iterator[R]:
+        """Every item's result in order; the items not started yet start now, one child each."""
+        self.start(range(len(self._items)))
+        return self._read()
+
+    def _read(self) -> Iterator[R]:
+        try:
+            for index, item in enumerate(self._items):
+                child = self._child_of.get(index)
+                if child is None:
+                    yield self._fn(item)
+                    continue
+                try:
+                    status, value = self._children[child][1].recv()
+                except (EOFError, OSError):
+                    status, value = "failed", None
+                yield value if status == "ok" else self._fn(item)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the children (those still running are terminated): their results go unread."""
+        for child, receive in self._children:
+            receive.close()
+            if child.is_alive():
+                child.terminate()
+            child.join()
+        self._children.clear()
+        self._child_of.clear()
+        self._fork = False
+
+
 def forked_map(fn: Callable[[T], R], items: Sequence[T],
                group: Callable[[T], Hashable] = id) -> Iterator[R]:
     """``fn`` of each item, in order; the children start now, before the iterator is read.
 
     Items of one ``group`` run one after the other in the same child, so they share what the
-    first one caches (the what-ifs on the same cluster reuse its topology and group links; apart
-    they cost more CPU than together); one child per group. A single group runs here, without a
-    child. ``fn`` must be pure: a child's result is used as it is, and a failed item is computed
-    again in this process.
+    first one caches; one child per group. A single group runs here, without a child.
     """
     keys = list(dict.fromkeys(group(item) for item in items))
-    if (len(keys) < 2 or usable_cpus() < 2
-            or "fork" not in multiprocessing.get_all_start_methods()):
+    if len(keys) < 2 or not can_fork():
         return (fn(item) for item in items)
-    context = multiprocessing.get_context("fork")
-    for stream in (sys.stdout, sys.stderr):  # a child must not repeat buffered output
-        stream.flush()
-    children = []
-    for key in keys:
-        receive, send = context.Pipe(duplex=False)
-        batch = [item for item in items if group(item) == key]
-        child = context.Process(target=_serve, args=(fn, batch, send), daemon=True)
-        child.start()
-        send.close()
-        children.append((key, child, receive))
-    return _results(fn, items, group, children)
-
-
-def _results(fn: Callable[[T], R], items: Sequence[T], group: Callable[[T], Hashable],
-             children: list[tuple[Hashable, Any, Connection]]) -> Iterator[R]:
-    pipes = {key: receive for key, _, receive in children}
-    try:
-        for item in items:
-            try:
-                status, value = pipes[group(item)].recv()
-            except (EOFError, OSError):
-                status, value = "failed", None
-            yield value if status == "ok" else fn(item)
-    finally:
-        for _, child, receive in children:
-            receive.close()
-            if child.is_alive():
-                child.terminate()
-            child.join()
+    runs = ForkedRuns(fn, items)
+    runs.start(range(len(items)), group=lambda index: group(items[index]))
+    return runs.results()

@@ -22,7 +22,7 @@ from typing import Any
 from placer import __version__
 from placer.report.baseline import Baseline, common_default
 from placer.report.explain import explain
-from placer.report.whatif import WhatIf, what_ifs
+from placer.report.whatif import WhatIf, start_what_ifs
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.model import Model
@@ -84,12 +84,20 @@ def plan_in_steps(model: Model, cluster: Cluster, job: Job, *, top_k: int = 5,
         from placer.solver import recommend as recommend_fn
     if estimate_fn is None:
         from placer.cost import estimate as estimate_fn
-    result = recommend_fn(model, cluster, job, top_k=top_k, profile=profile, rank_maps=rank_maps)
+    # The what-ifs start first, forked beside the main search where there are free cores;
+    # the rest start when it ends, beside what follows (whatif.start_what_ifs).
+    runs = (start_what_ifs(model, cluster, job, recommend_fn, top_k=top_k, profile=profile)
+            if with_what_ifs else None)
+    try:
+        result = recommend_fn(model, cluster, job, top_k=top_k, profile=profile,
+                              rank_maps=rank_maps)
+    except BaseException:
+        if runs is not None:
+            runs.close()
+        raise
     candidates: list[Candidate] = list(result.candidates)
     best = candidates[0]
-    variants: Iterator[WhatIf] = iter(())
-    if with_what_ifs:  # they start now (forked where there is a second CPU), beside what follows
-        variants = what_ifs(model, cluster, job, recommend_fn, top_k=top_k, profile=profile)
+    variants: Iterator[WhatIf] = runs.results() if runs is not None else iter(())
     say("estimating the common default")
     baseline = common_default(model, cluster, job, best.layout.num_gpus, _paced(estimate_fn),
                               profile)

@@ -8,8 +8,10 @@ reach of the main top k, and another batch or cluster can make one outside that 
 (Llama 3.1 405B on 16,384 H100: re-ranking only the main table's 73 rows printed "The answer
 holds at twice the global batch" where a search of that batch finds TP=8 PP=8 CP=2 VPP=8).
 The searches stay affordable because the table's exact bounds (placer.solver.table) skip what
-cannot win, and they start right after the main search in forked children
-(``forked.forked_map``).
+cannot win, and they run in forked children (``forked.ForkedRuns``): where there is a second CPU,
+the variant that shares least with the main search (twice the nodes, else the first batch) starts
+before it, on the core the main search leaves free, and the others start as soon as it ends, when
+they can reuse its costed pieces (placer.cost.memo), one child each.
 Which variants run depends only on the inputs (never on elapsed time), so the same inputs always
 give the same explanation. Twice the nodes is tried on regular clusters only: doubling a cluster
 with failed GPUs or several node pools is not a question anyone asks.
@@ -17,20 +19,22 @@ with failed GPUs or several node pools is not a question anyone asks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from placer.errors import PlacerError
-from placer.report.forked import forked_map
+from placer.report.forked import ForkedRuns, usable_cpus
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.layout import Layout
 from placer.spec.model import Model
 
 RecommendFn = Callable[..., Any]
+Variant = tuple[str, Cluster, Job]
+"""A what-if's label and its varied cluster and job."""
 MAX_GPUS_FOR_MORE_NODES = 4096
 """Twice the nodes is tried only up to this many GPUs after doubling, to keep the command fast."""
 
@@ -45,9 +49,9 @@ class WhatIf:
     problem: str = ""
 
 
-def variants(cluster: Cluster, job: Job) -> list[tuple[str, Cluster, Job]]:
+def variants(cluster: Cluster, job: Job) -> list[Variant]:
     """The variants worth a solver run, in the order the explanation lists them."""
-    out: list[tuple[str, Cluster, Job]] = []
+    out: list[Variant] = []
     gb = job.global_batch_size
     batches = [("twice", 2 * gb)] + ([("half", gb // 2)] if gb % 2 == 0 else [])
     for word, batch in batches:
@@ -69,17 +73,23 @@ def _with_batch(job: Job, global_batch: int) -> Job | None:
         return None
 
 
-def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn, *,
-             top_k: int, profile: Any = None) -> Iterator[WhatIf]:
-    """The best layout of each variant, in the order of ``variants``: ``recommend_fn``
+def start_what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn, *,
+                   top_k: int, profile: Any = None) -> ForkedRuns[Variant, WhatIf]:
+    """The what-ifs, started before the main search: ``ForkedRuns.results`` then gives the best
+    layout of each variant in the order of ``variants``. Each is ``recommend_fn``
     (``placer.solver.recommend``) of the variant with the main search's ``top_k`` and
-    ``profile``, so its #1 is the one a fresh run on the varied inputs prints. They are
-    independent searches, so they start at once, in forked children where there is a second CPU
-    and a second cluster to search (``forked.forked_map``), while the caller prints the main
-    answer; each is yielded as soon as it is known. Only its layout and step time are read, so no
-    rank map is written (``rank_maps=False``: it changes no candidate's layout or figures)."""
+    ``profile``, so its #1 is the one a fresh run on the varied inputs prints; only its layout
+    and step time are read, so no rank map is written (``rank_maps=False``: it changes no
+    candidate's layout or figures).
 
-    def solve(variant: tuple[str, Cluster, Job]) -> WhatIf:
+    They are independent searches. With ``n`` usable CPUs, ``n - 1`` of them start now in forked
+    children, beside the main search: first those on another cluster (twice the nodes), whose
+    layouts have a new data-parallel degree and so reuse little of what the main search costs,
+    then the others in order. The rest start when ``results`` is called (after the main search,
+    whose cached micro-batches and memory the batch variants reuse), one child each, while the
+    caller prints the main answer. On one CPU they are solved here, one by one, as read."""
+
+    def solve(variant: Variant) -> WhatIf:
         label, variant_cluster, variant_job = variant
         try:
             found = recommend_fn(model, variant_cluster, variant_job, top_k=top_k,
@@ -89,6 +99,14 @@ def what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: RecommendFn
         best = found.candidates[0]
         return WhatIf(label, best.layout, best.step_time_s)
 
-    # One child per cluster: the batch variants share the main search's cluster (and in one
-    # process its caches); twice the nodes has its own.
-    return forked_map(solve, variants(cluster, job), group=lambda variant: id(variant[1]))
+    found = variants(cluster, job)
+    runs = ForkedRuns(solve, found)
+    runs.start(early_variants(found, cluster, usable_cpus() - 1))
+    return runs
+
+
+def early_variants(found: list[Variant], cluster: Cluster, cores: int) -> list[int]:
+    """Which of ``found`` to start beside the main search on ``cores`` free cores: those on
+    another cluster first (they share least with the main search), then in order."""
+    order = sorted(range(len(found)), key=lambda index: (found[index][1] is cluster, index))
+    return order[:max(0, cores)]
