@@ -44,7 +44,7 @@ from placer.cost.compute import (
 )
 from placer.cost.groups import group_links
 from placer.cost.options import CostOptions
-from placer.cost.params import StageShape, stage_shapes
+from placer.cost.params import StageShape, num_moe_layers, stage_shapes
 from placer.cost.pipeline import bubble_s
 from placer.cost.profile import Calibration
 from placer.cost.step import _cp_exposed, _ep_per_layer, _tp_per_layer
@@ -101,6 +101,43 @@ def compute_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
         stages.append((shape, by_kind[shape.kind]))
     return _floor(job, layout, tuple(stages), [0.0] * len(stages), False,
                   attention_forward_s(dense_work, calib))
+
+
+@dataclass(frozen=True)
+class LayerFloor:
+    """One dense and one MoE layer's forward + backward at a layout's per-layer fields (TP, CP,
+    EP, expert TP, micro-batch, SP: ``compute.LAYER_FIELDS``), no recomputation, and the model's
+    dense and MoE layer counts: what ``balanced_floor_s`` multiplies out per pipeline depth and
+    data-parallel degree."""
+
+    dense_s: float
+    moe_s: float
+    dense_layers: int
+    moe_layers: int
+
+
+def layer_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
+                options: CostOptions) -> LayerFloor:
+    """``LayerFloor`` of ``layout``: the per-layer pass times ``compute_floor`` composes."""
+    precision = linear_precision(job, options)
+    dense = pass_times(layer_work(model, job, layout, False, options), calib, precision, "none")
+    moe = (pass_times(layer_work(model, job, layout, True, options), calib, precision, "none")
+           if model.moe is not None else None)
+    moe_layers = num_moe_layers(model)
+    return LayerFloor(dense.forward_s + dense.backward_s,
+                      0.0 if moe is None else moe.forward_s + moe.backward_s,
+                      model.num_layers - moe_layers, moe_layers)
+
+
+def balanced_floor_s(layers: LayerFloor, layout: Layout, global_batch_size: int) -> float:
+    """A bound below ``compute_floor``'s ``work_s`` of ``layout`` (whose per-layer fields
+    ``layers`` was computed at) that needs no stage shapes: ``m`` times the *mean* pipeline
+    rank's forward + backward (every layer once, over ``pp`` ranks; the output layer and the
+    bubble left out), which is at most the slowest rank's. Lowered by one part in 10^9 so that
+    float rounding of the two sums never puts it above the floor it bounds."""
+    m = max(1, layout.num_microbatches(global_batch_size))
+    mean_s = (layers.dense_s * layers.dense_layers + layers.moe_s * layers.moe_layers) / layout.pp
+    return m * mean_s * (1.0 - 1e-9)
 
 
 def with_exposure(model: Model, cluster: Cluster, job: Job, layout: Layout, floor: StepFloor,

@@ -9,10 +9,12 @@ about a millisecond each), so the search bounds instead of enumerating:
 2. Recompute: for each (micro-batch, virtual stages, ZeRO, SP) only the least recomputation
    that fits is costed: more recomputation adds work and never removes any.
 3. Bounds, from the breakdown (its parts add up to the step time, each >= 0):
-   - a degree tuple before anything is costed: its compute floor (placer.cost.bound: the
-     slowest stage's forward and backward at its largest micro-batch), and once that is within
-     reach the same with the least exposed TP/CP/EP traffic added; the tuple is bisected for
-     memory and probed only if that second floor is within reach;
+   - a degree tuple before anything is costed: its balanced floor (placer.cost.bound: the
+     mean stage's forward and backward at its largest micro-batch, from per-layer times shared
+     by every pipeline depth and DP degree), once that is within reach its compute floor (the
+     slowest stage's, with the bubble), and then the same with the least exposed TP/CP/EP
+     traffic added; the tuple is bisected for memory and probed only if that third floor is
+     within reach;
    - a (tuple, micro-batch) pair: its floor with exposure at that micro-batch until it comes
      first, then one *probe* per SP setting (ZeRO 0, no recompute, one virtual stage); compute
      and TP/CP/EP exposure do not shrink with ZeRO, interleaving or recompute, and the bubble
@@ -42,7 +44,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placer.cost import estimate, memory_estimate
-from placer.cost.bound import StepFloor, compute_floor, least_zero_exposed_s, with_exposure
+from placer.cost.bound import (
+    LayerFloor,
+    StepFloor,
+    balanced_floor_s,
+    compute_floor,
+    layer_floor,
+    least_zero_exposed_s,
+    with_exposure,
+)
+from placer.cost.compute import LAYER_FIELDS
 from placer.cost.profile import calibration_for
 from placer.cost.stack_options import job_options
 from placer.solver.space import Degrees, KnobOptions, knob_options, layout_key
@@ -121,7 +132,8 @@ class _Node:
     tuple not yet probed (its bound is then its floor, ``_floor``)."""
     floors: tuple[StepFloor, ...] = field(compare=False, default=())
     """For a tuple not yet probed, its floor per SP setting (compute alone, then with its
-    least exposed per-layer collectives)."""
+    least exposed per-layer collectives); empty while it is bounded by its balanced floor
+    (``_balanced``)."""
 
 
 @dataclass
@@ -152,6 +164,27 @@ class _Search:
         self.rows: list[Row] = []
         self.calib = calibration_for(cluster, profile)  # what estimate resolves, once
         self.options = job_options(job)
+        self.layer_floors: dict[tuple[object, ...], LayerFloor] = {}
+
+    def balanced_floor(self, degrees: Degrees, mbs: int, sps: Sequence[bool]) -> float:
+        """The least ``bound.balanced_floor_s`` of the tuple at ``mbs`` over the SP settings
+        ``sps``, the per-layer times computed once per value of the fields ``layer_work`` reads
+        (``compute.LAYER_FIELDS``; a field added there that this does not name is a KeyError,
+        never a wrong key)."""
+        layout = degrees.layout(mbs=mbs)  # the balanced floor reads its pp, dp and mbs only
+        values: dict[str, object] = {"tp": degrees.tp, "cp": degrees.cp, "ep": degrees.ep,
+                                     "etp": degrees.etp, "micro_batch_size": mbs}
+        floors = []
+        for sp in sps:
+            values["sequence_parallel"] = sp
+            key = tuple(values[name] for name in LAYER_FIELDS)
+            layers = self.layer_floors.get(key)
+            if layers is None:
+                layers = layer_floor(self.model, self.job, degrees.layout(mbs=mbs, sp=sp),
+                                     self.calib, self.options)
+                self.layer_floors[key] = layers
+            floors.append(balanced_floor_s(layers, layout, self.job.global_batch_size))
+        return min(floors)
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         self.stats.memory_checks += 1
@@ -355,6 +388,16 @@ def _floor(search: _Search, degrees: Degrees, options: KnobOptions, usable: tupl
     return _Node(bound, True, key, degrees, options, usable, (), floors)
 
 
+def _balanced(search: _Search, degrees: Degrees, options: KnobOptions,
+              usable: tuple[int, ...]) -> _Node:
+    """A degree tuple as it enters the search: bounded by its balanced floor at its largest
+    micro-batch (``bound.balanced_floor_s``: the mean pipeline rank's forward + backward, a few
+    multiplications per tuple once each per-layer time is known), at most ``_floor``'s compute
+    floor, whose stage shapes and bubble it computes only when this comes first."""
+    bound = search.balanced_floor(degrees, usable[-1], _sp_settings(search, degrees))
+    return _Node(bound, True, _tuple_key(degrees), degrees, options, usable, ())
+
+
 def _pair_floor(search: _Search, node: _Node, mbs: int) -> _Node:
     """A (tuple, micro-batch) pair not yet probed: bounded by its floor with exposure at that
     micro-batch (``_floor``'s, with the bubble at the pair's most virtual stages) and by its
@@ -400,17 +443,23 @@ def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degree
         usable = tuple(m for m, v in zip(options.mbs, options.vpp_by_mbs, strict=True) if v)
         if usable:
             stats.degree_tuples_usable += 1
-            heap.append(_floor(search, degrees, options, usable))
+            heap.append(_balanced(search, degrees, options, usable))
     heapq.heapify(heap)
-    # A tuple enters at its compute floor (no probe, no links); when it comes first it goes back
-    # at its floor with exposure, then (when that comes first) it is bisected and probed and
-    # goes back at its probe bound; each bound is at least the one before. The nodes with their
-    # real bounds thus leave the heap in the order they would if every tuple were probed first,
-    # and the threshold falls alike: the same tuples, fewer estimates.
+    # A tuple enters at its balanced floor (no stage shapes, no probe, no links); when it comes
+    # first it goes back at its compute floor, then at its floor with exposure, then (when that
+    # comes first) it is bisected and probed and goes back at its probe bound; each bound is at
+    # least the one before. The nodes with their real bounds thus leave the heap in the order
+    # they would if every tuple were probed first, and the threshold falls alike: the same
+    # tuples, fewer estimates.
     while heap:
         node = heapq.heappop(heap)
         if not search.within(node.bound_s):
             break
+        if node.is_tuple and not node.probe and not node.floors:
+            floored = _floor(search, node.degrees, node.options, node.mbs)
+            search.check(node.bound_s, floored.bound_s)
+            heapq.heappush(heap, floored)
+            continue
         if node.is_tuple and not node.probe and not node.floors[0].exposed:
             exposed = _floor(search, node.degrees, node.options, node.mbs, node.floors)
             search.check(node.bound_s, exposed.bound_s)
