@@ -93,3 +93,20 @@ def test_layer_work_reads_only_its_key_fields() -> None:
                 for other in others:
                     assert all(getattr(other, f) == getattr(base, f) for f in LAYER_FIELDS)
                     assert _layer_work(model, job, other, moe, CostOptions()) == expected
+
+
+def test_a_dense_layer_reads_no_expert_degree() -> None:
+    """A dense layer's work (an MoE model's dense layers, or a dense model's) is the same for
+    every (ep, etp) split, so it is cached on ``compute.DENSE_LAYER_FIELDS``; an MoE layer's is
+    not (its experts and dispatch are split over ep and etp), which the key keeps apart."""
+    from placer.cost.compute import DENSE_LAYER_FIELDS, LAYER_FIELDS, _layer_work
+
+    assert set(DENSE_LAYER_FIELDS) == set(LAYER_FIELDS) - {"ep", "etp"}
+    job = Job(seq_len=4096, global_batch_size=256)
+    for model in (model_preset("mixtral-8x7b"), model_preset("deepseek-v3")):
+        for base in LAYOUTS:
+            splits = [base.model_copy(update={"ep": ep, "etp": etp})
+                      for ep, etp in ((1, 1), (2, 1), (8, 1), (4, 2), (2, base.tp))]
+            dense = {_layer_work(model, job, split, False, CostOptions()) for split in splits}
+            moe = {_layer_work(model, job, split, True, CostOptions()) for split in splits}
+            assert len(dense) == 1 and len(moe) > 1

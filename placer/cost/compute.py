@@ -126,6 +126,10 @@ LAYER_FIELDS = ("tp", "cp", "ep", "etp", "micro_batch_size", "sequence_parallel"
 """The layout fields ``layer_work`` reads (directly and through tokens_per_gpu,
 kv_heads_per_gpu, sp_replication, activation_bytes_per_token, _mla_gemms and
 moe_dispatch_bytes): its cache key (tests/test_cost_memo.py checks the others change nothing)."""
+DENSE_LAYER_FIELDS = ("tp", "cp", "micro_batch_size", "sequence_parallel")
+"""The fields a dense layer's ``layer_work`` reads: ``LAYER_FIELDS`` but the expert degrees,
+which only an MoE layer's router, experts and dispatch read, so the dense layers of an MoE model
+are computed once for all its (ep, etp) splits (tests/test_cost_memo.py)."""
 _LAYER_WORK: dict[tuple[object, ...], LayerWork] = new_cache()
 _PASS_TIMES: dict[tuple[object, ...], PassTimes] = new_cache()
 
@@ -135,8 +139,9 @@ def layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
     """GEMMs, attention and element-wise traffic of one transformer layer on one GPU; cached
     under value keys (placer.cost.memo): a search and its compute floors (placer.cost.bound)
     ask for the same layer for every pipeline depth, ZeRO stage and recomputation."""
+    fields = LAYER_FIELDS if moe_layer and model.moe is not None else DENSE_LAYER_FIELDS
     key = (text_key(model), text_key(job, BATCH_FIELDS),
-           tuple(getattr(layout, name) for name in LAYER_FIELDS), moe_layer, options)
+           tuple(getattr(layout, name) for name in fields), moe_layer, options)
     return cached(_LAYER_WORK, key, lambda: _layer_work(model, job, layout, moe_layer, options))
 
 
