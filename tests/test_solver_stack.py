@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers_cli import cli
+from helpers_cli import assert_one_line_error, cli
 
 from placer.spec.layout import Layout
 from placer.spec.presets import model_preset
@@ -28,3 +28,26 @@ def test_recommend_proposes_only_what_the_stack_runs(stack: str,
                    for lay in layouts)
     else:  # FSDP2 or replication, op-level selective checkpointing
         assert all(lay.zero_stage in (0, 3) and lay.recompute != "selective" for lay in layouts)
+
+
+def _on_32(model: str, *constraints: str) -> list[str]:
+    return ["recommend-layout", "--model", model, "--cluster", "dgx-h100", "--nodes", "4",
+            "--no-what-if", "--json", *(a for c in constraints for a in ("--constraint", c))]
+
+
+def test_recommend_keeps_expert_tp_off_for_biased_moe_on_megatron(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """GPT-OSS's linears carry biases, which megatron-core runs only at ETP 1 (the stack rule
+    moe-bias-needs-etp-1; tests/test_launch_accept_megatron.py has megatron-core's own assert
+    as the truth): no candidate has expert TP, and asking for it is refused naming the rule,
+    while Mixtral (no biases) gets ETP 2 under the same constraints."""
+    code, out, err = cli(_on_32("gpt-oss-120b"), capsys)
+    assert code == 0, err
+    layouts = [Layout.model_validate(c["layout"]) for c in json.loads(out)["candidates"]]
+    assert layouts and all(lay.etp == 1 for lay in layouts)
+    code, out, err = cli(_on_32("gpt-oss-120b", "etp=2", "tp=2"), capsys)
+    assert_one_line_error(code, err)
+    assert "stack rule moe-bias-needs-etp-1" in err and "Bias in Moe" in err
+    code, out, err = cli(_on_32("mixtral-8x7b", "etp=2", "tp=2"), capsys)
+    assert code == 0, err
+    assert {c["layout"]["etp"] for c in json.loads(out)["candidates"]} == {2}

@@ -42,9 +42,25 @@ def no_degrees_reason(model: Model, job: Job, num_gpus: int, tp_capacity: Mappin
         free = degree_tuples(model, _unconstrained(job), num_gpus, tp_capacity, exact=exact)
         if free:
             shown = ", ".join(str(c) for c in job.constraints)
+            without = f"without them e.g. {_degrees_text(free[-1])} is valid"
+            refused = _stack_refusal(model, job, num_gpus, tp_capacity, exact=exact)
+            if refused is not None:
+                return (f"{job.stack} refuses every layout of {num_gpus} GPUs the job's "
+                        f"constraints ({shown}) allow: {refused[0]}: {refused[2]}; {without}")
             return (f"the job's constraints ({shown}) exclude every layout of {num_gpus} GPUs; "
-                    f"without them e.g. {_degrees_text(free[-1])} is valid")
+                    f"{without}")
     return _rule_reason(model, job, num_gpus)
+
+
+def _stack_refusal(model: Model, job: Job, num_gpus: int, tp_capacity: Mapping[int, int], *,
+                   exact: bool) -> tuple[str, object, str] | None:
+    """When the constraints allow layouts that only the job's stack refuses, why it refuses one
+    of them (its stack rule); else None."""
+    if job.stack is None:
+        return None
+    bare = degree_tuples(model, job.model_copy(update={"stack": None}), num_gpus, tp_capacity,
+                         exact=exact)
+    return layout_problem(bare[-1].layout(), model, job, num_gpus) if bare else None
 
 
 _DIM_RULES = {"tp": "divides the attention heads", "pp": "at most one stage per layer",

@@ -218,7 +218,7 @@ def paced_estimate(model: Model, cluster: Cluster, job: Job, est: Estimate) -> E
     """``est`` of a layout at its natural placement (a published recipe, the baseline) priced as
     the picks are: at the uneven split's pace when its stages run on different GPU types
     (``_paced_by_split``), so a comparison with the picks is like with like; else unchanged."""
-    if len({p.node_type for p in cluster.pools}) < 2:  # no split, MFU of its one GPU type
+    if not cluster.mixed_node_types:  # no split, MFU of its one GPU type
         return est
     placement = Placement(tuple(est.mesh_order), None, "natural", "")
     topology = topology_of(cluster)
@@ -230,7 +230,7 @@ def paced_estimate(model: Model, cluster: Cluster, job: Job, est: Estimate) -> E
 def used_peaks_estimate(cluster: Cluster, job: Job, est: Estimate) -> Estimate:
     """``est`` of a layout on the cluster's first GPUs (``placer estimate``) with MFU and HFU
     of the peaks of the GPUs it runs on; unchanged on a cluster of one node type."""
-    if len({p.node_type for p in cluster.pools}) < 2:
+    if not cluster.mixed_node_types:
         return est
     placement = Placement(tuple(est.mesh_order), None, "natural", "")
     return _of_used_peaks(est, placement, cluster, job, topology_of(cluster))

@@ -79,7 +79,7 @@ def used_peak_flops(layout: Layout, placement: Placement, topology: ClusterTopol
     """Sum of the dense peaks (the job's precision) of the GPUs the ranks are placed on, MFU's
     denominator, on a cluster of several node types; None on one type, where the cost model's
     GPU count times that type's peak is the sum already."""
-    if len({p.node_type for p in cluster.pools}) < 2:
+    if not cluster.mixed_node_types:
         return None
     return sum(cluster.node_type_of(topology.node_of(
         placement.slots[logical] if placement.slots is not None else logical)).gpu.peak_flops(
