@@ -26,7 +26,7 @@ from helpers_launch import (
 )
 
 from placer.errors import PlacerError
-from placer.launch import launch_files
+from placer.launch import launch_bundle, launch_files
 from placer.spec import Job, Layout, Plan
 from placer.spec.presets import model_preset
 from placer.spec.runtime import Runtime
@@ -401,3 +401,22 @@ def test_bridge_overrides_carry_the_runtime() -> None:
     notes = _unwrapped(text)
     assert "keeps grad_reduce_in_fp32: true" in notes
     assert "tp_comm_overlap_cfg: null is Transformer Engine's default userbuffers" in notes
+
+
+def test_biased_moe_experts_by_megatron_release() -> None:
+    """GPT-OSS's linears carry biases (Model.linear_bias). Megatron-LM core_v0.13.1/v0.14.0's
+    TEGroupedMLP asserts add_bias_linear False (moe/experts.py L681-683, L761-763), at any ETP;
+    from core_v0.15.3 it builds them (L781, L801) but refuses bias-dropout fusion with them
+    (L762-764), which the file's notes tell the user to turn off. Mixtral has no biases."""
+    layout = Layout(tp=2, dp=8, ep=4, zero_stage=1, sequence_parallel=True)
+    gpt_oss, mixtral = _plan(layout, model="gpt-oss-120b"), _plan(layout, model="mixtral-8x7b")
+    with pytest.raises(PlacerError, match="TEGroupedMLP asserts add_bias_linear False"):
+        launch_bundle(gpt_oss, 0, framework_versions=("megatron=0.14",))
+    assert "--no-bias-dropout-fusion" in _unwrapped(_files(gpt_oss)["megatron_args.sh"])
+    ungrouped = _plan(layout, model="gpt-oss-120b", job=Job(
+        name="launch-test", seq_len=4096, global_batch_size=64,
+        runtime=Runtime(moe_grouped_gemm=False)))
+    for accepted in (mixtral, ungrouped):
+        files = launch_bundle(accepted, 0, framework_versions=("megatron=0.14",))[0]
+        assert "megatron_args.sh" in [f.name for f in files]
+    assert "--no-bias-dropout-fusion" not in _unwrapped(_files(mixtral)["megatron_args.sh"])

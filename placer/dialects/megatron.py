@@ -142,10 +142,14 @@ def fit(placed: Placed) -> OrderFit:
 # virtual stages (megatron/core/pipeline_parallel/schedules.py get_forward_backward_func).
 SCHEDULES = ("1f1b", "interleaved")
 # megatron-core asserts ETP 1 for an MoE model with linear biases ("Bias in Moe is only supported
-# when ETP==1": core_v0.15.3 transformer_config.py L1301-1304, core_v0.16.1 L1588-1591); 0.13 and
-# 0.14 refuse biases in their grouped-GEMM experts at any ETP (moe/experts.py GroupedMLP,
-# TEGroupedMLP), which includes it. The rule is the megatron-core stack's, by this id.
+# when ETP==1": core_v0.15.3 transformer_config.py L1301-1304, core_v0.16.1 L1588-1591). The rule
+# is the megatron-core stack's, by this id.
 MOE_BIAS_RULE = "moe-bias-needs-etp-1"
+# Grouped-GEMM experts (Transformer Engine's TEGroupedMLP, which the TE layer spec builds with
+# --moe-grouped-gemm) take linear biases from core_v0.15.3 on (moe/experts.py L781, L801); before,
+# TEGroupedMLP asserts add_bias_linear False ("bias not supported in TEGroupedMLP yet": core_v0.13.1
+# L681-683, core_v0.14.0 L761-763), at any ETP. SequentialMLP (no grouped GEMM) takes them.
+MOE_BIAS_GROUPED_SINCE = "0.15"
 
 
 def refusals(placed: Placed, version: str) -> list[Refusal]:
@@ -167,6 +171,12 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     if model.moe is not None and bias.applies(layout, model):
         out.append(f"refuses etp={layout.etp} for {model.name}, whose linears carry biases "
                    f"(stack rule {bias.id}: {bias.why})")
+    elif (model.moe is not None and model.linear_bias and job_options(placed.plan.job).
+          moe_grouped_gemm and version_key(version) < version_key(MOE_BIAS_GROUPED_SINCE)):
+        out.append(f"has no biases in grouped-GEMM experts, which {model.name}'s linears carry "
+                   "(TEGroupedMLP asserts add_bias_linear False, moe/experts.py core_v0.14.0 "
+                   "L761-763); use --framework-version megatron=0.15 or newer, or the job's "
+                   "runtime moe_grouped_gemm: false")
     return [Refusal(FILE, TARGET, version, reason) for reason in out]
 
 

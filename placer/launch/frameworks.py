@@ -42,6 +42,11 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
         notes.append("The model's multi-head latent attention (--multi-latent-attention and its "
                      "shapes) is written here, as the plan priced it; Megatron-LM refuses "
                      "--group-query-attention with it.")
+    if placement.plan.model.moe is not None and placement.plan.model.linear_bias:
+        notes.append(f"{placement.plan.model.name}'s linears carry biases: with grouped-GEMM "
+                     "experts (TEGroupedMLP) Megatron needs --no-bias-dropout-fusion among the "
+                     "model arguments (moe/experts.py core_v0.16.1 L529-531: 'bias_dropout_fusion "
+                     "is not supported in TEGroupedMLP when add_bias_linear=True').")
     if layout.zero_stage == 1:
         notes.append("zero=1: Megatron's distributed optimizer shards the optimizer state over "
                      "DP x CP and reduce-scatters gradients once per step.")
