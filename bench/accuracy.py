@@ -674,6 +674,8 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
+                       # torchtitan's cross-entropy under loss_parallel when TP > 1 (options.py)
+                       loss_parallel=eager,
                        expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
                                             or bridge_expandable_segments(record)),
                        **(memory_flags(wrapper) if wrapper else {}),

@@ -85,6 +85,16 @@ LOGITS_BYTES_PER_ENTRY = 4
 FUSED_LOSS_PEAK_BYTES_PER_ENTRY = 6
 EAGER_LOSS_PEAK_BYTES_PER_ENTRY = 12
 COMPILED_LOSS_PEAK_BYTES_PER_ENTRY = 4
+# torchtitan runs that cross-entropy under DTensor's loss_parallel whenever TP > 1 (the output
+# layer's logits stay sharded over the vocabulary; torchtitan@9dec370 parallel_dims.py
+# loss_parallel_enabled: tp > 1 and not --training.disable_loss_parallel, which is False by
+# default).
+# loss_parallel's own ops (torch/distributed/tensor/parallel/loss.py, torch 2.13): the forward's
+# _log_softmax saves its fp32 result, and _nll_loss_backward returns
+# (grad_input + exp(x)) * grad_output from an fp32 one-hot grad_input: the saved result, the
+# one-hot, exp(x) and their sum are live at once, 16 bytes per entry (measured with the
+# PyTorch profiler's allocation events in tests/test_memory_pytorch.py, 4 more than plain).
+LOSS_PARALLEL_PEAK_BYTES_PER_ENTRY = 16
 # Transformer Engine's fused cross-entropy (transformer_engine/pytorch/cross_entropy.py,
 # CrossEntropyFunction; triton/cross_entropy.py) saves its input logits in their own dtype (bf16)
 # and its backward kernel stores the gradient into them in place: 2 bytes per entry (plus 12 per
@@ -368,11 +378,14 @@ def _activation_parts(model: Model, job: Job, layout: Layout,
         for moe in (False, True))
 
 
-def loss_peak_bytes_per_entry(options: CostOptions) -> int:
+def loss_peak_bytes_per_entry(options: CostOptions, tp: int = 1) -> int:
     """Peak bytes per logit entry in the loss backward: compiled, fused (Megatron) or unfused
-    (PyTorch)."""
+    (PyTorch), the unfused one under DTensor's loss_parallel when the logits are sharded over
+    ``tp`` ranks (options.loss_parallel)."""
     if options.compiled_loss:
         return COMPILED_LOSS_PEAK_BYTES_PER_ENTRY
+    if options.loss_parallel and tp > 1:
+        return LOSS_PARALLEL_PEAK_BYTES_PER_ENTRY
     if options.fused_kernels and options.cross_entropy_impl == "te":
         return TE_LOSS_PEAK_BYTES_PER_ENTRY
     if options.cross_entropy_impl == "flash_attn":
@@ -499,7 +512,8 @@ def _stage_activations(model: Model, job: Job, layout: Layout, shape: StageShape
         activations += held * tokens * per_token
     logits = 0.0
     if shape.last:
-        logits = tokens * model.vocab_size / layout.tp * loss_peak_bytes_per_entry(options)
+        entry = loss_peak_bytes_per_entry(options, layout.tp)
+        logits = tokens * model.vocab_size / layout.tp * entry
     moe_buffers = 0.0
     if shape.moe_layers and model.moe is not None:
         routed = tokens * model.moe.top_k * layout.etp / layout.tp * imbalance

@@ -69,6 +69,9 @@ class CostOptions:
     writes the gradient into them (memory.TE_LOSS_PEAK_BYTES_PER_ENTRY); ``flash_attn`` the
     flash-attn package's CrossEntropyLoss (llm-foundry's MPT), which keeps the bf16 logits and
     writes a new bf16 gradient (memory.FLASH_ATTN_LOSS_PEAK_BYTES_PER_ENTRY)."""
+    loss_parallel: bool = False
+    """The unfused cross-entropy runs under DTensor's loss_parallel when TP > 1, as torchtitan
+    does by default (memory.LOSS_PARALLEL_PEAK_BYTES_PER_ENTRY)."""
     compiled_loss: bool = False
     """The loss is torch.compile'd (torchtitan's --training.compile): it keeps only the bf16
     logits, not an fp32 log-softmax (memory.COMPILED_LOSS_PEAK_BYTES_PER_ENTRY)."""

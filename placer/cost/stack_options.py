@@ -35,6 +35,8 @@ def options_for(job: Job, stack: Stack | None,
                                            else "te_streams"),
                        # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
                        fused_kernels=stack.defaults.fused_kernels,
+                       # torchtitan's loss_parallel, on whenever TP > 1 (options.py)
+                       loss_parallel=stack.framework == "torchtitan",
                        attention_kernel=stack.defaults.attention_kernel,
                        # PyTorch FSDP's sharded parameter is the fp32 master (options.py)
                        fsdp_sharded_master=stack.framework in ("torchtitan", "fsdp2"))
