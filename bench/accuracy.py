@@ -384,6 +384,10 @@ def case_for(record: dict[str, Any]) -> Case:
         vpp = (model.num_layers + 2) // pp
         notes.append(f"vpp {vpp}: interleaved chunks of one layer, one fewer on the first and "
                      "last stages (Llama 3 paper section 3.3.2)")
+    schedule = str(layout_rec.get("pp_schedule") or "").lower()
+    if torchtitan and not layout_rec.get("vpp") and pp > 1 and "interleaved" in schedule:
+        vpp = TORCHTITAN_LOOPED_STAGES_PER_RANK
+        notes.append(f"vpp {vpp}: torchtitan's split for a looped schedule given no split points")
     recompute, rnotes = recompute_mode(record.get("activation_recompute"))
     if torchtitan and recompute == "selective":
         recompute = "op"
@@ -536,6 +540,11 @@ CROSS_ENTROPY_IMPL: dict[str, Literal["native", "te", "flash_attn"]] = {
 # rank": emptying a chunk by one layer means one-layer chunks, V = (layers + 2) / PP (126-layer
 # 405B on PP 16: V = 8, as placer/spec/presets/recipes/published.yaml reads it).
 ONE_LAYER_CHUNK_SOURCES = {"LLAMA3_PAPER"}
+# torchtitan without pipeline_parallel_split_points (its 405B config has none) splits the model
+# into 2 stages per rank for a looped schedule such as Interleaved 1F1B
+# (pytorch/torchtitan@9dec370 torchtitan/parallelisms/pipelining_utils.py
+# generate_split_points: num_stages_per_rank = 2 for a PipelineScheduleMulti).
+TORCHTITAN_LOOPED_STAGES_PER_RANK = 2
 # Sources whose context parallelism all-gathers K and V before attention, not a ring that hides
 # each exchange behind a block of attention: the Llama 3 training stack ("The all-gather based
 # pass-KV algorithm is used in Llama3 training, which initially performs an all-gather on the key
