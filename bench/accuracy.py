@@ -458,6 +458,11 @@ TORCHTITAN_SOURCES = {"TORCHTITAN_2412", "TRAINY_H200_2506", "TORCHTITAN_MXFP8_M
 # and the MXFP8 MoE page's (torchtitan@b3da1a2, the commit that published it: loss.py compiles
 # the loss when compile.components holds "loss", which config/job_config.py defaults to).
 COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506", "TORCHTITAN_MXFP8_MOE"}
+# torchtitan sources whose pipeline schedule returns the last stage's outputs, keeping every
+# micro-batch's logits through the step (CostOptions.pipeline_keeps_outputs): the Dec 2024 runs
+# (torchtitan@9dec370 train.py calls pp_schedule.step(target=labels, losses=losses); torchtitan
+# passes return_outputs=False from e5ef99aab, Oct 2025).
+PIPELINE_KEEPS_OUTPUTS_SOURCES = {"TORCHTITAN_2412"}
 # Sources whose launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
 # run_llama_train.sh (torchtitan@9dec370, line 22). Trainy launched torchrun directly.
 EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
@@ -685,6 +690,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        # torchtitan's cross-entropy under loss_parallel when TP > 1 (options.py)
                        loss_parallel=eager,
+                       pipeline_keeps_outputs=source in PIPELINE_KEEPS_OUTPUTS_SOURCES,
                        expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
                                             or bridge_expandable_segments(record)),
                        **(memory_flags(wrapper) if wrapper else {}),

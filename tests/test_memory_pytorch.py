@@ -174,6 +174,41 @@ def test_loss_parallel_cross_entropy_peak_matches_pytorch() -> None:
         dist.destroy_process_group()
 
 
+def test_pipeline_last_stage_keeps_every_output_unless_told_not_to() -> None:
+    """torch.distributed.pipelining's last stage keeps each micro-batch's output through the step
+    and returns their concatenation at its end, while still holding them
+    (CostOptions.pipeline_keeps_outputs: m outputs in the backward, 2m at the merge);
+    step(return_outputs=False), as torchtitan calls it from Oct 2025, keeps none. A one-rank
+    pipeline (its one stage is the last) on a gloo group."""
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed and no process group already set up")
+    tokens, hidden, vocab, m = 64, 32, 512, 4
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, vocab))
+        stage = PipelineStage(model, 0, 1, torch.device("cpu"))
+
+        def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return nn.functional.cross_entropy(out.flatten(0, 1), target.flatten(0, 1))
+
+        schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=loss_fn)
+        x, y = torch.randn(m, tokens, hidden), torch.randint(0, vocab, (m, tokens))
+        output = tokens * vocab * 4  # one micro-batch's fp32 output
+        merged = schedule.step(x, target=y)
+        storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                    for t in (*stage.output_chunks, merged)}
+        assert len(storages) == m + 1  # m kept outputs and their concatenation, all distinct
+        assert sum(storages.values()) == 2 * m * output
+        assert schedule.step(x, target=y, return_outputs=False) is None
+        assert not stage.output_chunks
+    finally:
+        dist.destroy_process_group()
+
+
 def test_moe_block_matches_pytorch() -> None:
     """Router, permutation, expert MLPs and probabilities of an MoE layer (real tensors)."""
     seq, h, experts, top_k, fe = 256, 256, 8, 2, 128

@@ -433,6 +433,18 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
     activations, logits, moe_buffers = cached(
         _ACTIVATIONS, (acts, shape, held),
         lambda: _stage_activations(model, job, layout, shape, options, acts.parts, held))
+    if options.pipeline_keeps_outputs and layout.pp > 1 and shape.last:
+        # Every micro-batch's bf16 logits stay in the last stage's output_chunks through the
+        # step's backward, and step() concatenates them at its end (options.py). One output is
+        # added per backward of the last stage, which frees that micro-batch's activations: the
+        # outputs count beyond the other in-flight micro-batches' activations they replace.
+        outputs = m * layout.micro_batch_size * job.seq_len / layout.cp * (
+            model.vocab_size / layout.tp) * BF16_BYTES
+        one = cached(_ACTIVATIONS, (acts, shape, 1.0),
+                     lambda: _stage_activations(model, job, layout, shape, options, acts.parts,
+                                                1.0))[0]
+        logits += max(0.0, outputs - (activations - one))
+        step_transient = max(step_transient, 2 * outputs)
     transient = 0.0
     ends = (int(shape.first) + int(shape.last and not (model.tied_embeddings and shape.first)))
     body = params.total - ends * embedding_params(model) / layout.tp
@@ -641,6 +653,8 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     count (pipeline.saturated_microbatches) in its place: a search at another global batch
     finds most layouts here."""
     m = saturated_microbatches(layout, layout.num_microbatches(job.global_batch_size))
+    if options is not None and options.pipeline_keeps_outputs and layout.pp > 1:
+        m = layout.num_microbatches(job.global_batch_size)  # the last stage keeps all outputs
     key = (text_key(model), text_key(cluster), text_key(job, BATCH_FIELDS),
            layout_fields(layout), options, None if profile is None else text_key(profile), m)
     return cached(_MEMORY, key,

@@ -72,6 +72,14 @@ class CostOptions:
     loss_parallel: bool = False
     """The unfused cross-entropy runs under DTensor's loss_parallel when TP > 1, as torchtitan
     does by default (memory.LOSS_PARALLEL_PEAK_BYTES_PER_ENTRY)."""
+    pipeline_keeps_outputs: bool = False
+    """torch.distributed.pipelining's last stage keeps every micro-batch's output (the logits)
+    in ``output_chunks`` until the step ends and then concatenates them, unless
+    ``step(return_outputs=False)`` (pytorch/pytorch#165822; torch 2.13 stage.py
+    forward_one_chunk, schedules.py _merge_outputs). torchtitan passes it from
+    pytorch/torchtitan@e5ef99aab (Oct 2025, v0.2.1) on; its Dec 2024 runs (torchtitan@9dec370
+    train.py: ``pp_schedule.step(target=labels, losses=losses)``) did not. Measured with a
+    one-rank pipeline in tests/test_memory_pytorch.py."""
     compiled_loss: bool = False
     """The loss is torch.compile'd (torchtitan's --training.compile): it keeps only the bf16
     logits, not an fp32 log-softmax (memory.COMPILED_LOSS_PEAK_BYTES_PER_ENTRY)."""
