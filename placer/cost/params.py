@@ -204,14 +204,19 @@ class StageParams:
         return self.dense + self.expert
 
 
-@lru_cache(maxsize=16384)
 def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams:
     """Per-GPU parameters of a stage: dense weights over tp (but MLA's down projections),
-    experts over ep x etp (cached).
+    experts over ep x etp (cached on those three degrees, the only layout fields it reads: a
+    search asks for every micro-batch, ZeRO stage, recomputation and interleaving of them).
 
     The first stage holds the embedding; the last holds the output layer, which with tied
     embeddings and pp > 1 is a second copy Megatron keeps in sync (docs/sources.md 9.1).
     """
+    return _stage_params(model, layout.tp, layout.ep, layout.etp, shape)
+
+
+@lru_cache(maxsize=16384)
+def _stage_params(model: Model, tp: int, ep: int, etp: int, shape: StageShape) -> StageParams:
     dense_layers = shape.layers - shape.moe_layers
     dense = (shape.layers * attention_params(model) + dense_layers * dense_mlp_params(model)
              + shape.moe_layers * moe_shared_params(model))
@@ -223,8 +228,8 @@ def stage_params(model: Model, layout: Layout, shape: StageShape) -> StageParams
         if not (model.tied_embeddings and shape.first):
             ends += embedding_params(model)
     expert = shape.moe_layers * expert_params(model)
-    per_gpu = (dense + ends) / layout.tp
+    per_gpu = (dense + ends) / tp
     if model.mla is not None:  # down projections whole on each TP rank
         whole = shape.layers * tp_replicated_params(model)
-        per_gpu += whole - whole / layout.tp
-    return StageParams(dense=per_gpu, expert=expert / (layout.ep * layout.etp))
+        per_gpu += whole - whole / tp
+    return StageParams(dense=per_gpu, expert=expert / (ep * etp))
