@@ -8,10 +8,10 @@ reach of the main top k, and another batch or cluster can make one outside that 
 (Llama 3.1 405B on 16,384 H100: re-ranking only the main table's 73 rows printed "The answer
 holds at twice the global batch" where a search of that batch finds TP=8 PP=8 CP=2 VPP=8).
 The searches stay affordable because the table's exact bounds (placer.solver.table) skip what
-cannot win, and they run in forked children (``forked.ForkedRuns``): where there is a second CPU,
-the variant that shares least with the main search (twice the nodes, else the first batch) starts
-before it, on the core the main search leaves free, and the others start as soon as it ends, when
-they can reuse its costed pieces (placer.cost.memo), one child each.
+cannot win, and they run in forked children (``forked.ForkedRuns``), one each, as soon as the
+main search ends, when they can reuse its costed pieces (placer.cost.memo), beside the main
+answer's output; with more than two CPUs, the variants that share least with the main search
+(twice the nodes first) start before it, on the CPUs it leaves free (``SHARED_CPUS``).
 Which variants run depends only on the inputs (never on elapsed time), so the same inputs always
 give the same explanation. Twice the nodes is tried on regular clusters only: doubling a cluster
 with failed GPUs or several node pools is not a question anyone asks.
@@ -37,6 +37,15 @@ Variant = tuple[str, Cluster, Job]
 """A what-if's label and its varied cluster and job."""
 MAX_GPUS_FOR_MORE_NODES = 4096
 """Twice the nodes is tried only up to this many GPUs after doubling, to keep the command fast."""
+SHARED_CPUS = 2
+"""CPUs the main search and the children started after it share: only the CPUs beyond them start
+what-ifs beside the main search. On the 2-CPU development machine (a VM) two busy processes
+got 1.33x one process's throughput when it was quiet and none under load, so a what-if started
+early took CPU from the main search: same tree, 3 runs at load 4, the command's wall time was
+the same or longer than starting every what-if after it (GPT-3 6.64 vs 6.27 s, 405B 7.14 vs 7.39,
+DeepSeek-V3 21.1 vs 20.8, 100k 4.41 vs 3.64), its answer later (4.3 vs 2.8 s on GPT-3), and its
+CPU larger (a cold what-if reuses none of the main search's costed pieces;
+bench/results/search_speed-2026-12-02.md)."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +91,13 @@ def start_what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: Recom
     and step time are read, so no rank map is written (``rank_maps=False``: it changes no
     candidate's layout or figures).
 
-    They are independent searches. With ``n`` usable CPUs, ``n - 1`` of them start now in forked
-    children, beside the main search: first those on another cluster (twice the nodes), whose
-    layouts have a new data-parallel degree and so reuse little of what the main search costs,
-    then the others in order. The rest start when ``results`` is called (after the main search,
-    whose cached micro-batches and memory the batch variants reuse), one child each, while the
-    caller prints the main answer. On one CPU they are solved here, one by one, as read."""
+    They are independent searches. With ``n`` usable CPUs, ``n - SHARED_CPUS`` of them start
+    now in forked children, beside the main search: first those on another cluster (twice the
+    nodes), whose layouts have a new data-parallel degree and so reuse little of what the main
+    search costs, then the others in order. The rest start when ``results`` is called (after the
+    main search, whose cached micro-batches and memory the batch variants reuse), one child
+    each, while the caller prints the main answer. On one CPU they are solved here, one by one,
+    as read."""
 
     def solve(variant: Variant) -> WhatIf:
         label, variant_cluster, variant_job = variant
@@ -101,7 +111,7 @@ def start_what_ifs(model: Model, cluster: Cluster, job: Job, recommend_fn: Recom
 
     found = variants(cluster, job)
     runs = ForkedRuns(solve, found)
-    runs.start(early_variants(found, cluster, usable_cpus() - 1))
+    runs.start(early_variants(found, cluster, usable_cpus() - SHARED_CPUS))
     return runs
 
 
