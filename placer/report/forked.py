@@ -1,8 +1,9 @@
 """Independent computations in forked child processes, their results in order.
 
 The what-ifs are three more searches that need nothing from one another; with a second core,
-forked children solve them while this process searches and prints the main answer (sampled on
-the 2-core development machine, they were 40 % of GPT-3's command). A forked child starts from
+forked children solve them while this process prints the main answer, and with CPUs to spare
+some start while it searches (whatif.SHARED_CPUS; sampled on the 2-core development machine,
+they were 40 % of GPT-3's command). A forked child starts from
 this process's memory, so nothing is imported or loaded again, and sends back only its results
 (pickled). Where fork is unavailable, on one CPU, or when a child fails in any way, the item is
 computed here instead: which process computed a result never changes it.
