@@ -141,8 +141,9 @@ ELEMENTWISE_TRAFFIC_FACTOR = 2.17
 # and reduce-scatters per micro-batch (FSDP, DeepSpeed ZeRO-3: LLMFOUNDRY_MPT, NARAYANAN21,
 # torchtitan, Llama 3 paper and NeMo AutoModel rows). All three, like every fitted constant in
 # this file, are the in-sample fold of bench/accuracy.py --loso-jobs 2 --loso-rounds 3
-# --loso-cycles 6 (2026-12-01 22:59-23:33 UTC, cost model and bench of 1af1cdd;
-# bench/results/accuracy-*.txt).
+# --loso-cycles 6 (2026-12-01 22:59-23:33 UTC, cost model and bench of 1af1cdd), which the same
+# run on 5fdd7a5 (2026-12-02 01:57-02:19, after the memory and data changes) reproduced exactly
+# (bench/results/accuracy-2026-12-02.txt).
 OVERLAP_EFFICIENCY = 0.472
 TP_OVERLAP_EFFICIENCY = 0.9
 ZERO_OVERLAP_EFFICIENCY = 0.558
