@@ -403,15 +403,9 @@ def _pair_floor(search: _Search, node: _Node, mbs: int) -> _Node:
     micro-batch (``_floor``'s, with the bubble at the pair's most virtual stages) and by its
     probed tuple's bound, both at most its probe bound (``_pair``)."""
     degrees, options = node.degrees, node.options
-    sps = _sp_settings(search, degrees)
-    model, job, calib, opts = search.model, search.job, search.calib, search.options
-    floors = []
-    for sp in sps:
-        layout = degrees.layout(mbs=mbs, sp=sp)
-        floors.append(with_exposure(model, search.cluster, job, layout,
-                                    compute_floor(model, job, layout, calib, opts), calib, opts))
-    vpp_max = _vpp_max(options, mbs)
-    bound = max(node.bound_s, min(f.work_s + f.bubble_s / vpp_max for f in floors))
+    computed = _floor(search, degrees, options, (mbs,))
+    exposed = _floor(search, degrees, options, (mbs,), computed.floors)
+    bound = max(node.bound_s, exposed.bound_s)
     key = (*_tuple_key(degrees), mbs)
     return _Node(bound, False, key, degrees, options, (mbs,), ())
 
