@@ -1,4 +1,4 @@
-"""forked_map: results in order from forked children, failures redone here, one CPU in-process."""
+"""ForkedRuns: results in order from forked children, failures redone here, one CPU in-process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from placer.report import forked
-from placer.report.forked import forked_map
+from placer.report.forked import ForkedRuns
 
 needs_fork = pytest.mark.skipif(forked.usable_cpus() < 2 or not hasattr(os, "fork"),
                                 reason="needs fork and two usable CPUs")
@@ -17,7 +17,7 @@ needs_fork = pytest.mark.skipif(forked.usable_cpus() < 2 or not hasattr(os, "for
 @needs_fork
 def test_results_come_from_children_in_order() -> None:
     parent = os.getpid()
-    results = list(forked_map(lambda n: (n * n, os.getpid()), list(range(5))))
+    results = list(ForkedRuns(lambda n: (n * n, os.getpid()), list(range(5))).results())
     assert [square for square, _ in results] == [0, 1, 4, 9, 16]
     pids = {pid for _, pid in results}
     assert parent not in pids and len(pids) == 5  # one child each
@@ -34,7 +34,7 @@ def test_a_failed_or_unpicklable_item_is_computed_here() -> None:
             return lambda: n  # a child cannot pickle it; the parent's own result is used
         return ("here" if os.getpid() == parent else "child", n)
 
-    results = list(forked_map(fn, [0, 1, 2, 3]))
+    results = list(ForkedRuns(fn, [0, 1, 2, 3]).results())
     assert results[0] == ("child", 0) and results[1] == ("here", 1)
     assert results[2] == ("here", 2) and results[3] == ("child", 3)
 
@@ -42,28 +42,20 @@ def test_a_failed_or_unpicklable_item_is_computed_here() -> None:
 @needs_fork
 def test_children_start_before_the_results_are_read(tmp_path) -> None:
     marks = [tmp_path / f"{n}" for n in range(2)]
-    results = forked_map(lambda n: marks[n].write_text("done") and n, [0, 1])
+    runs = ForkedRuns(lambda n: marks[n].write_text("done") and n, [0, 1])
+    runs.start(range(2))
     deadline = time.monotonic() + 10
     while not all(m.exists() for m in marks) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(m.exists() for m in marks)
-    assert list(results) == [0, 1]
+    assert list(runs.results()) == [0, 1]
 
 
 def test_one_cpu_computes_in_this_process(monkeypatch) -> None:
     monkeypatch.setattr(forked, "usable_cpus", lambda: 1)
     parent = os.getpid()
-    assert list(forked_map(lambda n: (n, os.getpid()), [3, 4])) == [(3, parent), (4, parent)]
-
-
-@needs_fork
-def test_a_group_runs_in_one_child_and_a_single_group_here() -> None:
-    parent = os.getpid()
-    results = list(forked_map(lambda n: (n, os.getpid()), [0, 1, 2, 3], group=lambda n: n % 2))
-    assert [n for n, _ in results] == [0, 1, 2, 3]
-    assert results[0][1] == results[2][1] != results[1][1] == results[3][1] != parent
-    alone = list(forked_map(lambda n: (n, os.getpid()), [0, 1], group=lambda n: "one"))
-    assert alone == [(0, parent), (1, parent)]
+    assert list(ForkedRuns(lambda n: (n, os.getpid()), [3, 4]).results()) == [(3, parent),
+                                                                         (4, parent)]
 
 
 @needs_fork

@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
@@ -65,28 +65,22 @@ class ForkedRuns(Generic[T, R]):
         self._child_of: dict[int, int] = {}
         self._children: list[tuple[Any, Connection]] = []
 
-    def start(self, indices: Iterable[int],
-              group: Callable[[int], Hashable] | None = None) -> None:
-        """Fork a child now for the items at ``indices`` not started yet: one per item, or one
-        per ``group`` of item indices (a group's items run in turn in one child, sharing what
-        the first caches). Nothing where children cannot run (``can_fork``)."""
+    def start(self, indices: Iterable[int]) -> None:
+        """Fork a child now for each item at ``indices`` not started yet. Nothing where children
+        cannot run (``can_fork``)."""
         todo = [i for i in indices if i not in self._child_of]
         if not self._fork or not todo:
             return
-        key = group if group is not None else (lambda index: index)
         context = multiprocessing.get_context("fork")
         for stream in (sys.stdout, sys.stderr):  # a child must not repeat buffered output
             stream.flush()
-        for name in dict.fromkeys(key(i) for i in todo):
-            batch = [i for i in todo if key(i) == name]
+        for index in todo:
             receive, send = context.Pipe(duplex=False)
-            child = context.Process(target=_serve,
-                                    args=(self._fn, [self._items[i] for i in batch], send),
+            child = context.Process(target=_serve, args=(self._fn, [self._items[index]], send),
                                     daemon=True)
             child.start()
             send.close()
-            for index in batch:
-                self._child_of[index] = len(self._children)
+            self._child_of[index] = len(self._children)
             self._children.append((child, receive))
 
     def results(self) -> Iterator[R]:
@@ -120,17 +114,3 @@ class ForkedRuns(Generic[T, R]):
         self._child_of.clear()
         self._fork = False
 
-
-def forked_map(fn: Callable[[T], R], items: Sequence[T],
-               group: Callable[[T], Hashable] = id) -> Iterator[R]:
-    """``fn`` of each item, in order; the children start now, before the iterator is read.
-
-    Items of one ``group`` run one after the other in the same child, so they share what the
-    first one caches; one child per group. A single group runs here, without a child.
-    """
-    keys = list(dict.fromkeys(group(item) for item in items))
-    if len(keys) < 2 or not can_fork():
-        return (fn(item) for item in items)
-    runs = ForkedRuns(fn, items)
-    runs.start(range(len(items)), group=lambda index: group(items[index]))
-    return runs.results()
