@@ -18,6 +18,7 @@ ordering within each published sweep and pairwise comparison, and memory: OOM ro
 measured rows predicted to fit, and the error on published peak memory.
 
     .venv/bin/python bench/accuracy.py [--runs PATH] [--verbose] [--no-loso] [--no-speed]
+        [--loso-source NAME ...]   # only those folds, with their constants
 """
 
 from __future__ import annotations
@@ -1060,21 +1061,9 @@ def leave_one_source_out(cases: list[Case], rounds: int, cycles: int, jobs: int 
     """
     measured = [c for c in cases if not c.oom]
     sources = sorted({c.source for c in measured})
-    _FOLD_INPUT[:] = [cases, rounds, cycles]
     # The in-sample fold ("*") fits the same way on every source, so the two columns differ
     # only by what was held out; its constants are what placer/cost/profile.py should hold.
-    if jobs > 1:
-        import multiprocessing
-
-        # Longest fit first (the most training rows), one fold per task: the processes finish
-        # together instead of one waiting on a chunk of the longest folds.
-        rows = {s: sum(c.source == s for c in measured) for s in sources}
-        order = ["*", *sorted(sources, key=lambda s: (rows[s], s))]
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            done = dict(zip(order, pool.map(_fold, order, chunksize=1), strict=True))
-        results = [done[source] for source in ["*", *sources]]
-    else:
-        results = [_fold(source) for source in ["*", *sources]]
+    results = fit_folds(cases, ["*", *sources], rounds, cycles, jobs)
     (all_errors, fitted), fold_results = results[0], results[1:]
     IN_SAMPLE_FIT.clear()
     IN_SAMPLE_FIT.update(fitted)
@@ -1083,6 +1072,25 @@ def leave_one_source_out(cases: list[Case], rounds: int, cycles: int, jobs: int 
         inside = [e for e, c in zip(all_errors, measured, strict=True) if c.source == source]
         folds.append(SourceFold(source, len(loso), loso, inside))
     return folds
+
+
+def fit_folds(cases: list[Case], sources: list[str], rounds: int, cycles: int, jobs: int = 1
+              ) -> list[tuple[list[float], dict[str, Any]]]:
+    """``_fold`` of each of ``sources`` ("*": the in-sample fold), in that order, ``jobs`` at
+    once (forked processes; each fold is independent and deterministic)."""
+    _FOLD_INPUT[:] = [cases, rounds, cycles]
+    if jobs <= 1 or len(sources) == 1:
+        return [_fold(source) for source in sources]
+    import multiprocessing
+
+    # Longest fit first (the most training rows), one fold per task: the processes finish
+    # together instead of one waiting on a chunk of the longest folds.
+    measured = [c for c in cases if not c.oom]
+    rows = {s: -1 if s == "*" else sum(c.source == s for c in measured) for s in sources}
+    order = sorted(sources, key=lambda s: (rows[s], s))
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        done = dict(zip(order, pool.map(_fold, order, chunksize=1), strict=True))
+    return [done[source] for source in sources]
 
 
 IN_SAMPLE_FIT: dict[str, Any] = {}  # the constants of the last in-sample fold
@@ -1134,6 +1142,70 @@ def report_loso(folds: list[SourceFold]) -> tuple[float, float]:
     return mean, worst
 
 
+def committed_values(families: list[str]) -> dict[str, Any]:
+    """The constants placer/cost/profile.py (and JEAN_ZAY_NETWORK_BUSBW) hold, in
+    fit_compute's layout: what the in-sample fold found when they were last refitted."""
+    import fit_compute
+
+    from placer.cost import profile
+
+    gemm = {f: profile.GEMM_BY_FAMILY[f].model_dump(
+        include={"half_efficiency_flops", "attention_efficiency"}, exclude_none=True)
+        for f in families if f in profile.GEMM_BY_FAMILY}
+    values: dict[str, Any] = {"gemm": gemm, "networks": {"jean-zay": JEAN_ZAY_NETWORK_BUSBW}}
+    values.update({name: getattr(profile, name.upper()) for name in fit_compute.GLOBALS})
+    return values
+
+
+def report_source_folds(cases: list[Case], sources: list[str], rounds: int, cycles: int,
+                        jobs: int) -> None:
+    """``--loso-source``: only those folds, each row's error and every fitted constant of the
+    fold beside the committed (in-sample) ones, to see which constant a held-out source moves."""
+    import fit_compute
+
+    committed = {o.case.record_id: o.error * 100
+                 for o in run([c for c in cases if not c.oom])}
+    for source, (_, values) in zip(sources, fit_folds(cases, sources, rounds, cycles, jobs),
+                                   strict=True):
+        held = [c for c in cases if source in ("*", c.source) and not c.oom]
+        predicted = fit_compute.predicted_tps(held, values)
+        loso = [(p / c.reported_tps - 1) * 100 for p, c in zip(predicted, held, strict=True)]
+        inside = [committed[c.record_id] for c in held]
+        fitted_on = "every source" if source == "*" else "the other sources"
+        print(f"fold {source} ({len(held)} rows; constants fitted on {fitted_on}): "
+              f"LOSO mean {sum(map(abs, loso)) / len(held):.1f} %, max "
+              f"{max(map(abs, loso)):.1f} %; in-sample mean {sum(map(abs, inside)) / len(held):.1f}"
+              f" %, max {max(map(abs, inside)):.1f} %")
+        if source != "*":
+            print(f"  {'row':<58} {'in-sample':>9} {'LOSO':>7}")
+            for case, a, b in zip(held, inside, loso, strict=True):
+                print(f"  {case.record_id[:58]:<58} {a:>+8.1f}% {b:>+6.1f}%")
+        ref = committed_values(sorted(values["gemm"]))
+        print(f"  {'constant':<44} {'in-sample':>11} {'fold':>11} {'fold/in':>8}")
+        names = [(n, None) for n in fit_compute.GLOBALS]
+        names += [(f"network {k}", ("networks", k)) for k in sorted(values["networks"])]
+        names += [(f"{f} {k}", ("gemm", f, k)) for f in sorted(values["gemm"])
+                  for k in sorted(values["gemm"][f])]
+        for label, path in names:
+            a, b = _at(ref, path or (label,)), _at(values, path or (label,))
+            ratio = f"{b / a:>8.3f}" if a and b is not None else f"{'':>8}"
+            print(f"  {label:<44} {_num(a):>11} {_num(b):>11} {ratio}")
+        print(f"  fold constants: {json.dumps(values, sort_keys=True)}")
+        print()
+
+
+def _at(values: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    for key in path:
+        if not isinstance(values, dict) or key not in values:
+            return None
+        values = values[key]
+    return float(values)  # type: ignore[arg-type]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 # Layouts timed on a 16,384-GPU DGX H100 cluster (the solver's budget: well under 2 ms each).
 SPEED_CASES = (
     ("llama3-405b", "tp=8,pp=16,dp=128,mbs=1,zero=1,recompute=selective,sp=on"),
@@ -1181,8 +1253,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave-one-source-out folds fitted at once (processes)")
     parser.add_argument("--loso-cycles", type=int, default=1,
                         help="restarts of each leave-one-source-out fit")
+    parser.add_argument("--loso-source", action="append", default=[], metavar="NAME",
+                        help="fit only this source's fold (repeatable; '*': the in-sample fit "
+                             "on every source) and print its rows and constants beside the "
+                             "committed ones, then stop")
     args = parser.parse_args(argv)
     cases, skipped, pairs = load(args.runs)
+    if args.loso_source:
+        known = sorted({c.source for c in cases if not c.oom})
+        unknown = [s for s in args.loso_source if s not in [*known, "*"]]
+        if unknown:
+            parser.error(f"--loso-source {unknown[0]!r} is not a source of {args.runs}; "
+                         f"use one of: {', '.join(known)}, or * (the in-sample fit)")
+        report_source_folds(cases, list(dict.fromkeys(args.loso_source)), args.loso_rounds,
+                            args.loso_cycles, args.loso_jobs)
+        return 0
     loso = None
     if args.loso:
         folds = leave_one_source_out(cases, args.loso_rounds, args.loso_cycles, args.loso_jobs)
