@@ -43,7 +43,10 @@ NETWORK_EFFICIENCY = 47.0 / 50.0
 # max_efficiency / fp8_max_efficiency: large GEMMs, fraction of the dense peak: the GPU's MAMF
 #   microbenchmark (MAMF_EFFICIENCY below; gemm_for puts each GPU's own there), not fitted.
 # half_efficiency_flops: a GEMM of this many FLOPs at the ceiling rate lasts as long as the fixed
-#   time per GEMM kernel (launch, prologue, tail) that compute.gemm_times adds to every GEMM.
+#   time per GEMM kernel that compute.gemm_times adds to every GEMM. Fitted to training steps it
+#   is ~60 us (H100), ~37 us (B200), ~34 us (A100), 6-12x a lone kernel's measured 5-6 us
+#   (tests/test_gemm_microbenchmark.py, docs/sources.md 12): it also carries per-kernel costs
+#   of a step that are not priced kernel by kernel (most of all the MoE rows' per-expert GEMMs).
 # attention_efficiency: fused attention kernels, fraction of the BF16 peak.
 GEMM_BY_FAMILY: dict[str, GemmProfile] = {
     # B200 holds GB200's rows too (CONSTANT_FAMILY); H100 holds H200's. attention_efficiency is
