@@ -16,7 +16,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed._tools.mem_tracker")
 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-from torch_blocks import BlockShape, kept_bytes, loss_bytes, peak_bytes  # noqa: E402
+from torch_blocks import (  # noqa: E402
+    BlockShape,
+    kept_bytes,
+    loss_bytes,
+    peak_bytes,
+    stack_loss_peak_bytes,
+)
 
 from placer.cost.memory import (  # noqa: E402
     COMPILED_LOSS_PEAK_BYTES_PER_ENTRY,
@@ -24,9 +30,12 @@ from placer.cost.memory import (  # noqa: E402
     LOGITS_BYTES_PER_ENTRY,
     LOSS_PARALLEL_PEAK_BYTES_PER_ENTRY,
     activation_bytes_per_token,
+    memory_estimate,
 )
-from placer.spec import Layout, Model  # noqa: E402
+from placer.cost.options import CostOptions  # noqa: E402
+from placer.spec import Job, Layout, Model  # noqa: E402
 from placer.spec.model import MoE  # noqa: E402
+from placer.spec.presets import cluster_preset  # noqa: E402
 
 # MemTracker warns about autograd outputs that are None (weight gradients freed by the hooks).
 pytestmark = pytest.mark.filterwarnings("ignore:Expected a tensor or a traceable wrapper")
@@ -120,6 +129,28 @@ def test_cross_entropy_peak_matches_pytorch() -> None:
         kept, peak = loss_bytes(SEQ, H, vocab)
     assert kept == pytest.approx(LOGITS_BYTES_PER_ENTRY * SEQ * vocab, rel=1e-6)
     assert peak == pytest.approx(EAGER_LOSS_PEAK_BYTES_PER_ENTRY * SEQ * vocab, rel=1e-6)
+
+
+@pytest.mark.parametrize("recompute", ["none", "op", "full"])
+@pytest.mark.parametrize("layers", [1, 3])
+def test_the_last_stage_peaks_at_the_loss_or_the_last_layer_backward_not_both(
+        recompute: str, layers: int) -> None:
+    """Eager layers, the output layer and an fp32 cross-entropy, forward + backward: the loss
+    backward frees its buffers before the last layer's backward starts, so the peak is what is
+    held plus the larger of the two. The vocabulary makes the loss peak equal full
+    recomputation's layer backward, where adding them would be furthest off."""
+    parts = _parts(1, False, False)
+    vocab = int(parts.backward_peak("full") / EAGER_LOSS_PEAK_BYTES_PER_ENTRY)
+    with FakeTensorMode():
+        peak = stack_loss_peak_bytes(_shape(1, False, False), SEQ, vocab, recompute, layers)
+    model = _model().model_copy(update={"num_layers": layers, "vocab_size": vocab})
+    mem = memory_estimate(model, cluster_preset("dgx-h100"), Job(seq_len=SEQ, global_batch_size=1),
+                          Layout(recompute=recompute), CostOptions(fused_kernels=False))
+    output = 2 * H * SEQ  # the output layer's saved input
+    predicted = mem.activations_bytes + mem.logits_bytes + output
+    assert predicted == pytest.approx(peak, rel=0.01)
+    both = predicted + min(parts.backward_peak(recompute) * SEQ, mem.logits_bytes)
+    assert both > 1.05 * peak  # the sum of the two peaks is not what PyTorch reaches
 
 
 def _allocated_peak(run) -> float:  # noqa: ANN001

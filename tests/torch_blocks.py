@@ -434,3 +434,31 @@ def loss_bytes(tokens: int, hidden: int, vocab: int) -> tuple[float, float]:
         loss.backward()
         peak = tracker.get_tracker_snapshot("peak")[device]["Total"] - start
     return kept, peak
+
+
+def stack_loss_peak_bytes(shape: BlockShape, seq: int, vocab: int, recompute: str,
+                          layers: int) -> float:
+    """Peak above the start of forward + backward of ``layers`` blocks, the output layer and an
+    fp32 cross-entropy as torchtitan runs it (``loss_bytes``), weight gradients dropped as they
+    form: where the loss backward and the last layer's backward meet."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    blocks = [Block(shape, seq) for _ in range(layers)]
+    weight = nn.Parameter(torch.randn(vocab, shape.hidden, dtype=BF16))
+    for p in [weight, *(q for block in blocks for q in block.parameters())]:
+        p.register_post_accumulate_grad_hook(lambda q: setattr(q, "grad", None))
+    x = layer_input(shape, seq)
+    labels = torch.randint(0, vocab, (seq,))
+    tracker = MemTracker()
+    tracker.track_external(weight, *blocks)
+    device = torch.device("cpu")
+    with tracker:
+        start = tracker.get_tracker_snapshot("current")[device]["Total"]
+        out = x
+        for block in blocks:
+            out = run_layer(block, out, recompute)
+        logits = F.linear(out.view(seq, shape.hidden), weight)
+        loss = F.cross_entropy(logits.float(), labels)
+        del logits, out
+        loss.backward()
+        return tracker.get_tracker_snapshot("peak")[device]["Total"] - start

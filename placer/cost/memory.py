@@ -526,6 +526,13 @@ def _stage_activations(model: Model, job: Job, layout: Layout, shape: StageShape
     if shape.last:
         entry = loss_peak_bytes_per_entry(options, layout.tp)
         logits = tokens * model.vocab_size / layout.tp * entry
+        # The loss backward ends, and frees its buffers, before the last layer's backward
+        # starts: the stage peaks at the larger of the two above what is held, not at their
+        # sum (measured with PyTorch's MemTracker on eager layers, the output layer and an
+        # fp32 cross-entropy in every recompute mode: tests/test_memory_pytorch.py,
+        # torch_blocks.stack_loss_peak_bytes). ``activations`` keeps the layer backward's part
+        # beyond the loss peak, so the breakdown still sums to the peak.
+        activations -= min(worst * tokens, logits)
     moe_buffers = 0.0
     if shape.moe_layers and model.moe is not None:
         routed = tokens * model.moe.top_k * layout.etp / layout.tp * imbalance
