@@ -38,7 +38,7 @@ from placer.cost.compute import forward_flops_per_token
 from placer.cost.deepspeed_optimizer import Wrapper, memory_flags, optimizer_wrapper
 from placer.cost.groups import GroupLinks, group_links
 from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
-from placer.cost.profile import FAMILY_FALLBACK
+from placer.cost.profile import FAMILY_FALLBACK, related_attention
 from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
 from placer.spec import Cluster, Job, Layout, Model, MoE, Optimizer
@@ -139,12 +139,21 @@ def _jean_zay(nodes: int) -> Cluster:
     return Cluster.model_validate(data)
 
 
-# NCCL's bus bandwidth per GPU over Jean Zay's Omni-Path (100 Gb/s links, two GPUs per link).
-# NCCL has no native Omni-Path transport, and its socket transport reaches at most ~60 % of
-# wire speed even at 32 Gb/s (nccl#209); no measurement on this fabric was found, so the figure
-# is a hardware constant fitted by bench/fit_compute.py over all BLOOM rows (the only runs on
-# it) and handed to the cost model the way a measured link profile would be.
-JEAN_ZAY_NETWORK_BUSBW = 1.25e+09
+# NCCL's bus bandwidth over Jean Zay's Omni-Path, measured by BigScience on the A100 partition
+# (bigscience-workshop/bigscience@9e64ede experiments/bandwidth/all_reduce_bench-a100-n4.txt,
+# Jan 2022, NCCL 2.10.3 of the tr11-176B-ml environment; its README: "4 nodes A100 80GB"): a 4 GB
+# fp32 all-reduce over 4 nodes x 8 GPUs, 5 trials, median busbw 40.543 Gbit/s of 160 per-rank
+# readings (the first trial's warm-up reads as low as 14.7). Its NCCL log builds 2 rings, each
+# crossing a node through one hfi1 NIC (send via NET/IB/3, receive via NET/IB/1): the figure is
+# one 100 Gb/s NIC's NCCL rate, 41 % of its line rate. Each NIC serves two GPUs (_jean_zay), and
+# the profile's figure is one GPU's share under the concurrent load (collectives._gpu_net_bw only
+# bounds a measured figure by the share at the preset efficiency, which does not scale a rate
+# below line rate), so the figure is half the NIC's. A measurement, not a fit (it was fitted on
+# the BLOOM rows alone until stop 18). Placer's rings spread a node's traffic over all its NICs,
+# which NCCL did not do here: the 8-GPU-per-node benchmark itself is priced 4.7x too fast
+# (23.8 GB/s); most BLOOM rows' DP groups have 1-2 GPUs per node (TP 8/4), where the two agree.
+JEAN_ZAY_NIC_BUSBW = 40.543e9 / 8
+JEAN_ZAY_NETWORK_BUSBW = JEAN_ZAY_NIC_BUSBW / 2
 JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
 
 
@@ -900,11 +909,16 @@ def tuned_inputs(values: dict[str, Any], family: str, network_cluster: str | Non
     """What of ``values`` tune_from puts in each Calibration field it sets, for a GPU family
     and a profiled cluster (None: the field keeps the calibration's own value). A field the
     family's rows do not fit (fit_compute.parameters) is its fallback family's, as in
-    profile.gemm_for."""
+    profile.gemm_for; a related family's attention follows its reference family's
+    (profile.ATTENTION_RELATIVE_TO), as in profile.GEMM_BY_FAMILY."""
     fitted = values.get("gemm", {})
+    gemm = {**fitted.get(FAMILY_FALLBACK.get(family, ""), {}), **fitted.get(family, {})}
+    related = related_attention(family, {f: v["attention_efficiency"] for f, v in fitted.items()
+                                         if "attention_efficiency" in v})
+    if related is not None:
+        gemm["attention_efficiency"] = related
     inputs: dict[str, Any] = {
-        "gemm": {**fitted.get(FAMILY_FALLBACK.get(family, ""), {}), **fitted.get(family, {})},
-        "profile": values.get("networks", {}).get(network_cluster)}
+        "gemm": gemm, "profile": values.get("networks", {}).get(network_cluster)}
     inputs.update({name: values.get(name) for name in TUNED_SCALARS})
     return inputs
 

@@ -8,17 +8,17 @@ FLOPS, a microbenchmark (profile.MAMF_EFFICIENCY). Shared by all families, as me
 fraction of that ceiling GEMMs sustain inside a training step, element-wise memory traffic per
 stored activation byte, the fraction of overlapped communication that overlap hides, the keys
 per query at which fused attention reaches half its throughput, and the MoE token dispatcher's
-time per routed token copy and per layer (fitted only where MoE rows exist). And the NCCL bus
-bandwidth of the one fabric in the set with no published measurement (Jean Zay's Omni-Path, used
-by the BLOOM rows). The loss is the mean absolute log error of throughput, so a few rows the
-model cannot describe do not dominate it. A family's attention figure is fitted only where it has
-rows that use it; a family without a field uses its FAMILY_FALLBACK's. Coordinate search over a
+time per routed token copy and per layer (fitted only where MoE rows exist). Network bandwidths
+are measurements, not fitted (Jean Zay's Omni-Path: bench/accuracy.py JEAN_ZAY_NETWORK_BUSBW);
+A100's attention follows H100's (profile.ATTENTION_RELATIVE_TO). The loss is the mean absolute
+log error of throughput, so a few rows the model cannot describe do not dominate it. A family's
+attention figure is fitted only where it has rows that use it; a family without a field uses
+its FAMILY_FALLBACK's. Coordinate search over a
 shrinking grid: deterministic, minutes. A trial re-costs only the rows whose estimate reads a
 constant it moves (``predicted_tps``): the same fit as re-costing every row, in less time.
 bench/accuracy.py calls ``fit`` once per held-out source for its leave-one-source-out table.
 
-Prints the fitted values (paste them into placer/cost/profile.py and JEAN_ZAY_NETWORK_BUSBW in
-bench/accuracy.py) and the accuracy they give.
+Prints the fitted values (paste them into placer/cost/profile.py) and the accuracy they give.
 
     .venv/bin/python bench/fit_compute.py
 """
@@ -37,21 +37,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 
 from placer.cost import Calibration  # noqa: E402
+from placer.cost.profile import ATTENTION_RELATIVE_TO  # noqa: E402
 
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token",
            "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
            "tp_overlap_efficiency", "zero_overlap_efficiency", "moe_host_s_per_layer",
            "moe_host_s_per_expert")
 
-# (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
-# cluster's network bus bandwidth (a fabric with no published measurement: Jean Zay).
+# (family, field, lower bound, upper bound): "*" for the shared constants.
 Parameter = tuple[str, str, float, float]
 # The rows' predicted tokens/s per GPU under some constants.
 Predict = Callable[[list[accuracy.Case], dict[str, Any]], list[float]]
 ROUNDS = 8
 CYCLES = 6
 # Fixed starting point, so the fit does not depend on the constants it is asked to refit.
-START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network": 5e9,
+START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8,
          "tp_overlap_efficiency": 0.8, "zero_overlap_efficiency": 0.8,
          "moe_dispatch_s_per_routed_token": 0.0, "attention_half_keys": 256.0,
          "moe_dispatch_s_per_layer": 0.0, "gemm_sustained_fraction": 0.9,
@@ -60,7 +60,7 @@ START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network"
          "attention_efficiency": 0.5}
 
 # Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one).
-STEP_FLOOR = {"half_efficiency_flops": 1e9, "network": 1e9,
+STEP_FLOOR = {"half_efficiency_flops": 1e9,
               "moe_dispatch_s_per_routed_token": 1e-8, "attention_half_keys": 64.0,
               "moe_dispatch_s_per_layer": 1e-5, "moe_host_s_per_layer": 1e-3,
               "moe_host_s_per_expert": 1e-4}
@@ -85,16 +85,21 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
         params.append(("*", "moe_host_s_per_expert", 0.0, 2e-3))
     if any(c.options.flash_attention for c in cases):
         params.append(("*", "attention_half_keys", 0.0, 8192.0))
-    if any(c.profile is not None for c in cases):
-        params.append(("network", "jean-zay", 0.5e9, 12.5e9))
     for family in sorted({c.family for c in cases if not c.oom}):
         rows = [c for c in cases if c.family == family and not c.oom]
         # The large-GEMM ceilings (BF16 and FP8) are each GPU's microbenchmark
         # (profile.MAMF_EFFICIENCY), not fitted; what the rows fit is the fixed time per GEMM
         # kernel and fused attention's efficiency.
         params.append((family, "half_efficiency_flops", 0.0, 1e12))
-        if any(c.options.flash_attention for c in rows):
+        # A family whose attention follows another's (profile.ATTENTION_RELATIVE_TO) is not
+        # fitted: its rows move the reference family's figure (accuracy.tuned_inputs).
+        if (any(c.options.flash_attention for c in rows)
+                and family not in ATTENTION_RELATIVE_TO):
             params.append((family, "attention_efficiency", 0.1, 1.0))
+    for family, (reference, _) in sorted(ATTENTION_RELATIVE_TO.items()):
+        related = [c for c in cases if c.family == family and c.options.flash_attention]
+        if related and (reference, "attention_efficiency", 0.1, 1.0) not in params:
+            params.append((reference, "attention_efficiency", 0.1, 1.0))
     return params
 
 
@@ -102,9 +107,7 @@ def initial(params: list[Parameter]) -> dict[str, Any]:
     values: dict[str, Any] = {"gemm": {}, "networks": {}}
     values.update({name: START[name] for name in GLOBALS})
     for family, name, _, _ in params:
-        if family == "network":
-            values["networks"][name] = START["network"]
-        elif family != "*":
+        if family != "*":
             values["gemm"].setdefault(family, {})[name] = START[name]
     return values
 
@@ -123,8 +126,6 @@ def merge(prior: dict[str, Any], fitted: dict[str, Any]) -> dict[str, Any]:
 def get(values: dict[str, Any], p: Parameter) -> float:
     if p[0] == "*":
         return float(values[p[1]])
-    if p[0] == "network":
-        return float(values["networks"][p[1]])
     return float(values["gemm"][p[0]][p[1]])
 
 
@@ -134,8 +135,6 @@ def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
     new.update({name: values[name] for name in GLOBALS})
     if p[0] == "*":
         new[p[1]] = value
-    elif p[0] == "network":
-        new["networks"][p[1]] = value
     else:
         new["gemm"][p[0]][p[1]] = value
     return new
@@ -245,7 +244,7 @@ def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES,
         for _ in range(rounds):
             for p in params:
                 current = get(values, p)
-                floor = STEP_FLOOR.get(p[1], STEP_FLOOR["network"] if p[0] == "network" else 0.05)
+                floor = STEP_FLOOR.get(p[1], 0.05)
                 scale = max(abs(current), floor)
                 for factor in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0):
                     candidate = min(p[3], max(p[2], current + factor * step * scale))

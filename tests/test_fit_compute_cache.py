@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import accuracy  # noqa: E402
@@ -41,7 +43,8 @@ def test_cached_fit_equals_recosting_every_row() -> None:
 
 def test_tune_from_sets_each_fitted_constant() -> None:
     """By hand: a family's own field wins over its fallback's, shared constants replace the
-    calibration's, the Jean Zay bandwidth replaces that cluster's profile only."""
+    calibration's, the Jean Zay bandwidth replaces that cluster's profile only, A100's attention
+    follows H100's."""
     by_id = {c.record_id: c for c in accuracy.load()[0]}
     bloom, h100 = by_id["bloom_176b_production"], by_id["mcore_r080_h100_weak_7.1B"]
     values = {"gemm": {"H100": {"half_efficiency_flops": 3e10, "attention_efficiency": 0.4},
@@ -56,7 +59,11 @@ def test_tune_from_sets_each_fitted_constant() -> None:
     assert calib.profile == base.profile
     jz = tune(accuracy.calibration_of(bloom))
     assert jz.profile == accuracy.jean_zay_profile(2e9)
-    assert jz.gemm == accuracy.calibration_of(bloom).gemm  # no A100 field given
+    # no A100 field given: its GEMM fields stay, its attention follows H100's by FA2's 73 % of
+    # A100's peak over the Hopper kernels' 75 % of H100's (profile.ATTENTION_RELATIVE_TO)
+    own = accuracy.calibration_of(bloom).gemm
+    assert jz.gemm.half_efficiency_flops == own.half_efficiency_flops
+    assert jz.gemm.attention_efficiency == pytest.approx(0.4 * 0.73 / 0.75)
 
 
 def test_loso_folds_do_not_depend_on_processes() -> None:

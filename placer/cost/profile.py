@@ -48,17 +48,46 @@ NETWORK_EFFICIENCY = 47.0 / 50.0
 #   (tests/test_gemm_microbenchmark.py, docs/sources.md 12): it also carries per-kernel costs
 #   of a step that are not priced kernel by kernel (most of all the MoE rows' per-expert GEMMs).
 # attention_efficiency: fused attention kernels, fraction of the BF16 peak.
-GEMM_BY_FAMILY: dict[str, GemmProfile] = {
+# Fused attention before Hopper is FlashAttention-2 (FlashAttention-3 needs Hopper's TMA and
+# warpgroup MMA), so a family here takes its attention_efficiency from the reference family's
+# fitted one times the ratio of the two kernels' published peak fractions, not from a fit of its
+# own: FA2 reaches "50-73% of the theoretical maximum FLOPs/s on A100" (Dao 2023,
+# arXiv:2307.08691, abstract), the Hopper kernels H100's figure describes up to 75 % of H100's
+# ("740 TFLOPs/s (75% utilization)", FlashAttention-3, Shah et al. 2024, arXiv:2407.08608,
+# abstract); both are forward-pass maxima over the same benchmark (docs/sources.md 12). Only
+# llm-foundry's rows run fused attention on A100, so a fit of A100's own would rest on one source.
+ATTENTION_RELATIVE_TO: dict[str, tuple[str, float]] = {"A100": ("H100", 0.73 / 0.75)}
+
+
+def related_attention(family: str, efficiencies: dict[str, float]) -> float | None:
+    """``family``'s fused-attention efficiency from its reference family's (ATTENTION_RELATIVE_TO),
+    given the reference's in ``efficiencies`` (family -> attention_efficiency); None: unrelated."""
+    reference, ratio = ATTENTION_RELATIVE_TO.get(family, ("", 0.0))
+    value = efficiencies.get(reference)
+    return None if value is None else value * ratio
+
+
+def _related(table: dict[str, GemmProfile]) -> dict[str, GemmProfile]:
+    efficiencies = {f: g.attention_efficiency for f, g in table.items()
+                    if g.attention_efficiency is not None}
+    out = dict(table)
+    for family in ATTENTION_RELATIVE_TO:
+        value = related_attention(family, efficiencies)
+        if family in out and value is not None:
+            out[family] = out[family].model_copy(update={"attention_efficiency": value})
+    return out
+
+
+GEMM_BY_FAMILY: dict[str, GemmProfile] = _related({
     # B200 holds GB200's rows too (CONSTANT_FAMILY); H100 holds H200's. attention_efficiency is
     # cuDNN's / FlashAttention-3's on Hopper and later (compute.FA2_RELATIVE_THROUGHPUT), and
-    # FlashAttention-2's on A100 (llm-foundry's A100 rows).
-    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=7.64e+09,
-                        attention_efficiency=0.341),
+    # FlashAttention-2's on A100 (H100's times ATTENTION_RELATIVE_TO's ratio).
+    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=7.64e+09),
     "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.98e+10,
                         attention_efficiency=0.397),
     "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=5.41e+10,
                         attention_efficiency=0.298),
-}
+})
 # Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
 # of 100 timed iterations over a brute-force search of BF16 / FP8 (e4m3) matmul shapes,
 # stas00/ml-engineering@744d01e compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
