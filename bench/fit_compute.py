@@ -8,17 +8,19 @@ FLOPS, a microbenchmark (profile.MAMF_EFFICIENCY). Shared by all families, as me
 fraction of that ceiling GEMMs sustain inside a training step, element-wise memory traffic per
 stored activation byte, the fraction of overlapped communication that overlap hides, the keys
 per query at which fused attention reaches half its throughput, and the MoE token dispatcher's
-time per routed token copy and per layer (fitted only where MoE rows exist). Network bandwidths
-are measurements, not fitted (Jean Zay's Omni-Path: bench/accuracy.py JEAN_ZAY_NETWORK_BUSBW);
-A100's attention follows H100's (profile.ATTENTION_RELATIVE_TO). The loss is the mean absolute
-log error of throughput, so a few rows the model cannot describe do not dominate it. A family's
-attention figure is fitted only where it has rows that use it; a family without a field uses
-its FAMILY_FALLBACK's. Coordinate search over a
-shrinking grid: deterministic, minutes. A trial re-costs only the rows whose estimate reads a
-constant it moves (``predicted_tps``): the same fit as re-costing every row, in less time.
+time per routed token copy and per layer (fitted only where MoE rows exist). And the NCCL bus
+bandwidth of the one fabric in the set whose measurement the model does not reproduce (Jean
+Zay's Omni-Path, used by the BLOOM rows: bench/accuracy.py JEAN_ZAY_NETWORK_BUSBW). A100's
+attention follows H100's (profile.ATTENTION_RELATIVE_TO). The loss is the mean absolute log error
+of throughput, so a few rows the model cannot describe do not dominate it. A family's attention
+figure is fitted only where it has rows that use it; a family without a field uses its
+FAMILY_FALLBACK's. Coordinate search over a shrinking grid: deterministic, minutes. A trial
+re-costs only the rows whose estimate reads a constant it moves (``predicted_tps``): the same fit
+as re-costing every row, in less time.
 bench/accuracy.py calls ``fit`` once per held-out source for its leave-one-source-out table.
 
-Prints the fitted values (paste them into placer/cost/profile.py) and the accuracy they give.
+Prints the fitted values (paste them into placer/cost/profile.py and JEAN_ZAY_NETWORK_BUSBW in
+bench/accuracy.py) and the accuracy they give.
 
     .venv/bin/python bench/fit_compute.py
 """
@@ -44,14 +46,15 @@ GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_p
            "tp_overlap_efficiency", "zero_overlap_efficiency", "moe_host_s_per_layer",
            "moe_host_s_per_expert")
 
-# (family, field, lower bound, upper bound): "*" for the shared constants.
+# (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
+# cluster's network bus bandwidth (Jean Zay: see bench/accuracy.py JEAN_ZAY_NETWORK_BUSBW).
 Parameter = tuple[str, str, float, float]
 # The rows' predicted tokens/s per GPU under some constants.
 Predict = Callable[[list[accuracy.Case], dict[str, Any]], list[float]]
 ROUNDS = 8
 CYCLES = 6
 # Fixed starting point, so the fit does not depend on the constants it is asked to refit.
-START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8,
+START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network": 5e9,
          "tp_overlap_efficiency": 0.8, "zero_overlap_efficiency": 0.8,
          "moe_dispatch_s_per_routed_token": 0.0, "attention_half_keys": 256.0,
          "moe_dispatch_s_per_layer": 0.0, "gemm_sustained_fraction": 0.9,
@@ -60,7 +63,7 @@ START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8,
          "attention_efficiency": 0.5}
 
 # Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one).
-STEP_FLOOR = {"half_efficiency_flops": 1e9,
+STEP_FLOOR = {"half_efficiency_flops": 1e9, "network": 1e9,
               "moe_dispatch_s_per_routed_token": 1e-8, "attention_half_keys": 64.0,
               "moe_dispatch_s_per_layer": 1e-5, "moe_host_s_per_layer": 1e-3,
               "moe_host_s_per_expert": 1e-4}
@@ -85,6 +88,8 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
         params.append(("*", "moe_host_s_per_expert", 0.0, 2e-3))
     if any(c.options.flash_attention for c in cases):
         params.append(("*", "attention_half_keys", 0.0, 8192.0))
+    if any(c.profile is not None for c in cases):
+        params.append(("network", "jean-zay", 0.5e9, 12.5e9))
     for family in sorted({c.family for c in cases if not c.oom}):
         rows = [c for c in cases if c.family == family and not c.oom]
         # The large-GEMM ceilings (BF16 and FP8) are each GPU's microbenchmark
@@ -107,7 +112,9 @@ def initial(params: list[Parameter]) -> dict[str, Any]:
     values: dict[str, Any] = {"gemm": {}, "networks": {}}
     values.update({name: START[name] for name in GLOBALS})
     for family, name, _, _ in params:
-        if family != "*":
+        if family == "network":
+            values["networks"][name] = START["network"]
+        elif family != "*":
             values["gemm"].setdefault(family, {})[name] = START[name]
     return values
 
@@ -126,6 +133,8 @@ def merge(prior: dict[str, Any], fitted: dict[str, Any]) -> dict[str, Any]:
 def get(values: dict[str, Any], p: Parameter) -> float:
     if p[0] == "*":
         return float(values[p[1]])
+    if p[0] == "network":
+        return float(values["networks"][p[1]])
     return float(values["gemm"][p[0]][p[1]])
 
 
@@ -135,6 +144,8 @@ def put(values: dict[str, Any], p: Parameter, value: float) -> dict[str, Any]:
     new.update({name: values[name] for name in GLOBALS})
     if p[0] == "*":
         new[p[1]] = value
+    elif p[0] == "network":
+        new["networks"][p[1]] = value
     else:
         new["gemm"][p[0]][p[1]] = value
     return new
@@ -244,7 +255,7 @@ def fit(cases: list[accuracy.Case], rounds: int = ROUNDS, cycles: int = CYCLES,
         for _ in range(rounds):
             for p in params:
                 current = get(values, p)
-                floor = STEP_FLOOR.get(p[1], 0.05)
+                floor = STEP_FLOOR.get(p[1], STEP_FLOOR["network"] if p[0] == "network" else 0.05)
                 scale = max(abs(current), floor)
                 for factor in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0):
                     candidate = min(p[3], max(p[2], current + factor * step * scale))
