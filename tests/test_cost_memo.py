@@ -14,9 +14,12 @@ import itertools
 import pytest
 
 from placer.cost import estimate, memory_estimate
+from placer.cost.bound import compute_floor, layer_floor, with_exposure
 from placer.cost.memo import clear_caches
 from placer.cost.options import CostOptions
 from placer.cost.pipeline import microbatches_in_flight, saturated_microbatches
+from placer.cost.profile import calibration_for
+from placer.cost.stack_options import job_options
 from placer.spec import Job, Layout
 from placer.spec.presets import cluster_preset, model_preset
 
@@ -110,3 +113,45 @@ def test_a_dense_layer_reads_no_expert_degree() -> None:
             dense = {_layer_work(model, job, split, False, CostOptions()) for split in splits}
             moe = {_layer_work(model, job, split, True, CostOptions()) for split in splits}
             assert len(dense) == 1 and len(moe) > 1
+
+
+@pytest.mark.parametrize("model_name", ["llama3-70b", "mixtral-8x7b"])
+def test_cached_floors_equal_fresh_ones(model_name: str) -> None:
+    """The search's floors (placer.cost.bound) cache their per-micro-batch parts without the
+    global batch: after the caches were filled at the other batches, each floor at a batch is
+    the one computed with every cache empty."""
+    model = model_preset(model_name)
+    cluster = cluster_preset("dgx-h100").with_nodes(8)
+    calib = calibration_for(cluster, None)
+    jobs = {batch: Job(seq_len=4096, global_batch_size=batch) for batch in (64, 128, 256)}
+
+    def floors(layout: Layout, job: Job) -> tuple[object, ...]:
+        options = job_options(job)
+        compute = compute_floor(model, job, layout, calib, options)
+        exposed = with_exposure(model, cluster, job, layout, compute, calib, options)
+        return ((compute.work_s, compute.bubble_s), (exposed.work_s, exposed.bubble_s),
+                layer_floor(model, job, layout, calib, options))
+
+    fresh = {}
+    for layout, batch in itertools.product(LAYOUTS, jobs):
+        clear_caches()
+        fresh[layout, batch] = floors(layout, jobs[batch])
+    clear_caches()
+    for layout in LAYOUTS:  # each batch-free entry is made at the first batch, 64
+        for other_batch in jobs:
+            floors(layout, jobs[other_batch])
+    for (layout, batch), expected in fresh.items():
+        assert floors(layout, jobs[batch]) == expected, (layout.compact(), batch)
+    assert fresh[LAYOUTS[0], 64] != fresh[LAYOUTS[0], 128]  # the batch does enter the floor
+
+
+def test_a_memory_check_and_an_estimate_of_one_layout_share_the_memory() -> None:
+    """memory_estimate without options resolves the job's own before keying its cache, so the
+    estimate (which passes them resolved) finds the search's memory check of the layout."""
+    model = model_preset("llama3-70b")
+    cluster = cluster_preset("dgx-h100").with_nodes(8)
+    job = Job(seq_len=4096, global_batch_size=64)
+    clear_caches()
+    checked = memory_estimate(model, cluster, job, LAYOUTS[0])
+    assert memory_estimate(model, cluster, job, LAYOUTS[0], job_options(job)) is checked
+    assert estimate(model, cluster, job, LAYOUTS[0]).memory == checked

@@ -23,7 +23,8 @@ import yaml
 
 from placer.cli.options import load_job_inputs
 from placer.cli.recommend_command import args_from_argv, recommend
-from placer.cost import estimate
+from placer.cost import estimate, memory_estimate
+from placer.cost.memory import state_floor_bytes
 from placer.report.tables import render_text
 from placer.solver import table
 from placer.solver.search import search_space
@@ -91,11 +92,12 @@ def searches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[TableStats]]:
 
 
 def _unbounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every table search run with its bounds off (the exhaustive path of ``_run``)."""
+    """Make every table search run with its bounds off (the exhaustive path of ``_run``), the
+    memory state floor included (every layout's memory checked)."""
     run = table._run
 
-    def unbounded(model, cluster, job, degrees, keep, profile, bounded, memo):  # type: ignore[no-untyped-def]
-        return run(model, cluster, job, degrees, keep, profile, False, memo)
+    def unbounded(model, cluster, job, degrees, keep, profile, bounded, memo, **_):  # type: ignore[no-untyped-def]
+        return run(model, cluster, job, degrees, keep, profile, False, memo, state_floors=False)
 
     monkeypatch.setattr(table, "_run", unbounded)
 
@@ -216,3 +218,44 @@ def _layouts(degrees: Degrees, options: KnobOptions
                     for sp in options.sp:
                         yield (mbs, vpp, zero, r, sp), degrees.layout(
                             vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+
+
+@pytest.mark.parametrize("argv", [
+    PROBLEMS["dense"], PROBLEMS["moe"],
+    ["--model", "llama3-70b", "--cluster", "dgx-h100", "--nodes", "2", "--global-batch", "64",
+     "--seq-len", "4096", "--stack", "torchtitan@0.2"],
+    ["--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "32",
+     "--seq-len", "4096", "--stack", "deepspeed@0.19"],
+], ids=["dense", "moe", "torchtitan-70b", "deepspeed"])
+def test_state_floor_is_at_most_every_layouts_memory(argv: list[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory.state_floor_bytes`` of a tuple at a ZeRO stage (what the table skips memory
+    checks on) is the same for every micro-batch, recomputation and SP setting at one virtual
+    stage, and at most ``memory_estimate``'s total of each; on the 70B problem it proves some
+    tuple and ZeRO stage over the capacity, so the skip is exercised."""
+    monkeypatch.chdir(ROOT)
+    args = args_from_argv(argv)
+    inputs = load_job_inputs(args.model, args.cluster, nodes=args.nodes,
+                             global_batch=args.global_batch, seq_len=args.seq_len,
+                             precision=args.precision, constraints=args.constraints,
+                             knobs=args.knobs)
+    model, cluster, job = inputs.model, inputs.cluster, inputs.job
+    search = table._Search(model, cluster, job, None, 5, True)
+    checked = over = 0
+    for degrees in search_space(model, cluster, job).degrees:
+        options = knob_options(degrees, model, job)
+        for zero in options.zero:
+            floors = set()
+            for mbs in options.mbs:
+                for recompute in options.recompute:
+                    for sp in options.sp:
+                        layout = degrees.layout(mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+                        floor = state_floor_bytes(model, job, layout)
+                        floors.add(floor)
+                        assert floor <= memory_estimate(model, cluster, job, layout).total_bytes
+                        checked += 1
+            assert len(floors) <= 1, (degrees, zero, floors)
+            over += search.over_capacity(degrees, zero)
+    assert checked
+    if "llama3-70b" in argv:
+        assert over

@@ -28,6 +28,7 @@ from placer.cost.options import (
     CostOptions,
 )
 from placer.cost.params import (
+    StageParams,
     StageShape,
     embedding_params,
     largest_weight_params,
@@ -395,26 +396,43 @@ def loss_peak_bytes_per_entry(options: CostOptions, tp: int = 1) -> int:
     return EAGER_LOSS_PEAK_BYTES_PER_ENTRY
 
 
+def _sharded(params: StageParams, shards: tuple[int, int], zero: int, stage_from: int) -> float:
+    """Parameters a rank holds of ``params``, for state that ZeRO (at the layout's effective
+    stage ``zero``, over the dense and expert ``shards`` of ``_zero_shards``) shards from
+    stage ``stage_from`` on."""
+    if zero >= stage_from:
+        return params.dense / shards[0] + params.expert / shards[1]
+    return params.dense + params.expert
+
+
+def _stage_state(model: Model, job: Job, layout: Layout, shape: StageShape,
+                 options: CostOptions) -> tuple[StageParams, float, float, float]:
+    """A stage's parameters and the weights, gradients and optimizer state its ranks keep for
+    the whole step (before the DeepSpeed copies and the ZeRO-3 gathers ``_stage_memory`` adds):
+    they read the degrees, ZeRO, schedule and stage shape, never the micro-batch, the
+    recomputation or SP."""
+    opt = job.optimizer
+    params = stage_params(model, layout, shape)
+    shards = _zero_shards(layout)
+    zero = layout.effective_zero_stage  # ZeRO over a single rank changes nothing
+    copies = parameter_copies(layout)  # DualPipe holds two stages' parameters per rank
+    weight_bytes = sharded_weight_bytes(opt, options) if zero >= 3 else opt.param_bytes
+    weights = copies * _sharded(params, shards, zero, 3) * weight_bytes
+    gradients = copies * _sharded(params, shards, zero, 2) * opt.grad_bytes
+    # BF16_Optimizer partitions its fp32 state over the data-parallel group at any stage
+    stage_from = 0 if options.deepspeed_bf16_optimizer else 1
+    optimizer = copies * _sharded(params, shards, zero, stage_from) * opt.sharded_state_bytes
+    return params, weights, gradients, optimizer
+
+
 def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
                   options: CostOptions, acts: _Activations) -> _StageMemory:
     opt = job.optimizer
-    params = stage_params(model, layout, shape)
+    params, weights, gradients, optimizer = _stage_state(model, job, layout, shape, options)
     dense_shard, expert_shard = _zero_shards(layout)
-    zero = layout.effective_zero_stage  # ZeRO over a single rank changes nothing
-
-    def sharded(count_dense: float, count_expert: float, stage_from: int) -> float:
-        if zero >= stage_from:
-            return count_dense / dense_shard + count_expert / expert_shard
-        return count_dense + count_expert
-
-    copies = parameter_copies(layout)  # DualPipe holds two stages' parameters per rank
-    weight_bytes = sharded_weight_bytes(opt, options) if zero >= 3 else opt.param_bytes
-    weights = copies * sharded(params.dense, params.expert, 3) * weight_bytes
-    gradients = copies * sharded(params.dense, params.expert, 2) * opt.grad_bytes
-    # BF16_Optimizer partitions its fp32 state over the data-parallel group at any stage
+    zero = layout.effective_zero_stage
+    copies = parameter_copies(layout)
     bf16_optimizer = options.deepspeed_bf16_optimizer
-    optimizer = (copies * sharded(params.dense, params.expert, 0 if bf16_optimizer else 1)
-                 * opt.sharded_state_bytes)
     reallocated = gradients if options.grads_reallocated else 0.0
     step_transient = 0.0
     if bf16_optimizer:  # options.py: the bf16 .grad beside the buffer, and the step's copies
@@ -422,8 +440,8 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
         gradients += copy
         reallocated += copy
         step_transient = deepspeed_optimizer.bf16_step_bytes(
-            copies * (params.dense + params.expert), copies * sharded(
-                params.dense, params.expert, 0), opt.grad_bytes)
+            copies * (params.dense + params.expert), copies * _sharded(
+                params, (dense_shard, expert_shard), zero, 0), opt.grad_bytes)
     if options.deepspeed_fp16_optimizer:  # the step's fp32 gradient copies (options.py)
         step_transient = (copies * (params.dense + params.expert)
                           * deepspeed_optimizer.FP16_STEP_BYTES_PER_PARAM)
@@ -646,6 +664,7 @@ def deepspeed_engine_memory(job: Job, layout: Layout,
 
 
 _MEMORY: dict[tuple[object, ...], MemoryBreakdown] = new_cache()
+_JOB_OPTIONS: dict[str, CostOptions] = new_cache()
 
 
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
@@ -658,9 +677,13 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     Cached under value keys (placer.cost.memo). The global batch enters only through the
     micro-batches in flight (``_stage_memory``), so the key holds the saturated micro-batch
     count (pipeline.saturated_microbatches) in its place: a search at another global batch
-    finds most layouts here."""
+    finds most layouts here. Options None are the job's own (``job_options``), resolved before
+    the key is made, so ``estimate`` (which passes them resolved) finds the search's memory
+    checks of the same layout here."""
+    if options is None:
+        options = cached(_JOB_OPTIONS, text_key(job), lambda: job_options(job))
     m = saturated_microbatches(layout, layout.num_microbatches(job.global_batch_size))
-    if options is not None and options.pipeline_keeps_outputs and layout.pp > 1:
+    if options.pipeline_keeps_outputs and layout.pp > 1:
         m = layout.num_microbatches(job.global_batch_size)  # the last stage keeps all outputs
     key = (text_key(model), text_key(cluster), text_key(job, BATCH_FIELDS),
            layout_fields(layout), options, None if profile is None else text_key(profile), m)
@@ -668,16 +691,49 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
                   lambda: _memory_estimate(model, cluster, job, layout, options, profile))
 
 
-def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
-                     options: CostOptions | None,
-                     profile: LinkProfile | None) -> MemoryBreakdown:
+def _resolved(job: Job, layout: Layout, options: CostOptions | None) -> tuple[Job, CostOptions]:
+    """The job and options the memory model prices ``layout`` with: None is the job's own on its
+    stack, and DeepSpeed's engine resolved (``deepspeed_engine_memory``)."""
     if options is None:
         options = job_options(job)
     if options.deepspeed_engine:
         job, options = deepspeed_engine_memory(job, layout, options)
-    scale, overhead = memory_terms(profile)
-    framework = FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
+    return job, options
+
+
+def _framework_bytes(model: Model, layout: Layout) -> int:
+    return FRAMEWORK_BASE_BYTES + NCCL_BYTES_PER_COMMUNICATOR * _communicators(
         layout, model.moe is not None)
+
+
+def state_floor_bytes(model: Model, job: Job, layout: Layout,
+                      options: CostOptions | None = None,
+                      profile: LinkProfile | None = None) -> float:
+    """A lower bound on ``memory_estimate``'s ``total_bytes`` that reads no micro-batch,
+    recomputation or SP (``_stage_state``): the largest stage's weights, gradients and optimizer
+    state, plus the framework and a profile's overhead. The estimate adds the worst stage's
+    peak moment (at least that stage's state, and at least every other stage's moment) to the
+    same framework and overhead, each part rounded up; everything else it adds is >= 0. So a
+    layout whose floor exceeds the capacity fits at no micro-batch, recomputation or SP
+    (tests/test_solver_pruning.py)."""
+    job, options = _resolved(job, layout, options)
+    _, overhead = memory_terms(profile)
+    seen: set[tuple[int, int, bool, bool]] = set()
+    state = 0.0
+    for shape in stage_shapes(model, layout):
+        if shape.kind not in seen:
+            seen.add(shape.kind)
+            _, weights, gradients, optimizer = _stage_state(model, job, layout, shape, options)
+            state = max(state, weights + gradients + optimizer)
+    return state + _framework_bytes(model, layout) + overhead
+
+
+def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
+                     options: CostOptions | None,
+                     profile: LinkProfile | None) -> MemoryBreakdown:
+    job, options = _resolved(job, layout, options)
+    scale, overhead = memory_terms(profile)
+    framework = _framework_bytes(model, layout)
     best: tuple[float, int, _StageMemory] | None = None
     key = (text_key(model), text_key(job, BATCH_FIELDS), layout_fields(layout, DP_FIELDS),
            options)

@@ -54,6 +54,7 @@ from placer.cost.bound import (
     with_exposure,
 )
 from placer.cost.compute import LAYER_FIELDS
+from placer.cost.memory import capacity_bytes, state_floor_bytes
 from placer.cost.profile import calibration_for
 from placer.cost.stack_options import job_options
 from placer.solver.space import Degrees, KnobOptions, knob_options, layout_key
@@ -154,9 +155,12 @@ class _Search:
     """Cost-model calls for one search, counted, with the bound checks."""
 
     def __init__(self, model: Model, cluster: Cluster, job: Job, profile: LinkProfile | None,
-                 keep: int, bounded: bool, memo: CostMemo | None = None) -> None:
+                 keep: int, bounded: bool, memo: CostMemo | None = None,
+                 state_floors: bool = True) -> None:
         self.model, self.cluster, self.job, self.profile = model, cluster, job, profile
-        self.keep, self.bounded = keep, bounded
+        self.keep, self.bounded, self.state_floors = keep, bounded, state_floors
+        self.capacity_bytes = capacity_bytes(cluster, job)
+        self.over_capacity_at: dict[tuple[Degrees, int], bool] = {}
         self.memo = memo if memo is not None else CostMemo()
         self.stats = TableStats()
         self.best_by_tuple: dict[Degrees, float] = {}
@@ -185,6 +189,24 @@ class _Search:
                 self.layer_floors[key] = layers
             floors.append(balanced_floor_s(layers, layout, self.job.global_batch_size))
         return min(floors)
+
+    def over_capacity(self, degrees: Degrees, zero: int) -> bool:
+        """Whether the tuple at ZeRO ``zero`` and one virtual stage fits at no micro-batch,
+        recomputation or SP: its weights, gradients and optimizer state alone
+        (``memory.state_floor_bytes``, which reads none of those knobs) exceed the capacity,
+        so no memory check of those layouts is made. Lowered by one part in 10^9 against float
+        rounding. Off (``state_floors``) where the smallest footprint seen must cover every
+        layout (nothing fits: reasons.memory_reason names it)."""
+        if not self.state_floors:
+            return False
+        key = (degrees, zero)
+        over = self.over_capacity_at.get(key)
+        if over is None:
+            floor = state_floor_bytes(self.model, self.job, degrees.layout(zero=zero),
+                                      profile=self.profile)
+            over = floor * (1.0 - 1e-9) > self.capacity_bytes
+            self.over_capacity_at[key] = over
+        return over
 
     def memory(self, layout: Layout) -> MemoryBreakdown:
         self.stats.memory_checks += 1
@@ -231,7 +253,8 @@ def _least_memory_fits(search: _Search, degrees: Degrees, mbs: int) -> bool:
     """Whether any knob setting of (degrees, mbs) can fit: try the most saving ones."""
     sp = sp_allowed(degrees.tp, search.job.seq_len)
     zeros = (3, 2, 1) if zero_allowed(degrees.dp, degrees.cp) else (0,)
-    return any(_fits(search.memory(degrees.layout(mbs=mbs, zero=z, recompute="full", sp=sp)))
+    return any(not search.over_capacity(degrees, z)
+               and _fits(search.memory(degrees.layout(mbs=mbs, zero=z, recompute="full", sp=sp)))
                for z in zeros)
 
 
@@ -320,6 +343,8 @@ def _expand(search: _Search, pair: _Node) -> None:
         fit with one virtual stage is not costed with more."""
         key = (sp, zero, recompute)
         if key not in one_stage:
+            if search.over_capacity(degrees, zero):
+                return False
             one_stage[key] = search.memory(degrees.layout(mbs=mbs, zero=zero,
                                                           recompute=recompute, sp=sp))
         return _fits(one_stage[key])
@@ -424,8 +449,9 @@ def _fitting(search: _Search, degrees: Degrees, usable: tuple[int, ...]) -> tupl
 
 
 def _run(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence[Degrees], keep: int,
-         profile: LinkProfile | None, bounded: bool, memo: CostMemo | None) -> _Search:
-    search = _Search(model, cluster, job, profile, keep, bounded, memo)
+         profile: LinkProfile | None, bounded: bool, memo: CostMemo | None,
+         state_floors: bool = True) -> _Search:
+    search = _Search(model, cluster, job, profile, keep, bounded, memo, state_floors)
     stats = search.stats
     stats.degree_tuples = len(degrees_list)
     heap: list[_Node] = []
@@ -500,6 +526,12 @@ def build_table(model: Model, cluster: Cluster, job: Job, degrees_list: Sequence
         search = _run(model, cluster, job, degrees_list, keep, profile, bounded=False, memo=memo)
         search.stats.bound_violations = violations
         search.stats.exhaustive = True
+    if not search.rows:  # nothing fits: every footprint checked, for the smallest one seen
+        stats = search.stats
+        search = _run(model, cluster, job, degrees_list, keep, profile, bounded=False, memo=memo,
+                      state_floors=False)
+        search.stats.bound_violations = stats.bound_violations
+        search.stats.exhaustive = stats.exhaustive
     return pareto_rows(search.rows), search.stats
 
 
