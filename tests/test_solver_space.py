@@ -4,9 +4,18 @@ NVLink rule and the job's constraints, and the counts are exact."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
+import placer
 from placer.solver.placement import tp_capacity
-from placer.solver.space import Degrees, degree_tuples, divisors, knob_options
+from placer.solver.space import (
+    VPP_CAP,
+    Degrees,
+    _searched_vpp,
+    degree_tuples,
+    divisors,
+    knob_options,
+)
 from placer.spec import Job, layout_problem
 from placer.spec.presets import cluster_preset, model_preset
 from placer.topology import topology_of
@@ -86,3 +95,39 @@ def test_named_micro_batch_is_tried_even_off_the_power_of_two_grid() -> None:
     job = Job(seq_len=4096, global_batch_size=96, constraints=["mbs=3"])
     options = knob_options(Degrees(tp=1, pp=1, dp=16, cp=1), model, job)
     assert options.mbs == (3,)
+
+
+def test_interleaving_verdicts_shared_across_batches_and_micro_batches_are_exact(
+        tmp_path: Path) -> None:
+    """knob_options caches each interleaving verdict without the global batch (and, unless a
+    stack rule tests ``mbs``, without the micro-batch): asked at three batches in turn, in one
+    process, every virtual-stage count it offers passes layout_problem at that batch and every
+    one it leaves out (of the counts it tries) fails it; a stack rule on ``mbs`` is obeyed."""
+    text = (Path(placer.__file__).parent / "spec" / "presets" / "stacks"
+            / "megatron-core@0.20.yaml").read_text(encoding="utf-8")
+    assert "\nrules:\n" in text
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(text.replace("\nrules:\n", "\nrules:\n  - id: no-interleaving-at-mbs-2\n"
+                                  "    when: [\"mbs>=2\", \"vpp>1\"]\n    why: \"test rule\"\n"
+                                  "    source: \"tests/test_solver_space.py\"\n"),
+                     encoding="utf-8")
+    model = model_preset("llama3-8b")
+    refused = 0
+    for stack_ref in (None, str(stack)):
+        for batch in (64, 128, 32):
+            job = Job(seq_len=4096, global_batch_size=batch, stack=stack_ref)
+            for degrees in _space("llama3-8b", 2, job):
+                options = knob_options(degrees, model, job)
+                for mbs, vpps in zip(options.mbs, options.vpp_by_mbs, strict=True):
+                    microbatches = batch // (degrees.dp * mbs)
+                    if degrees.pp == 1 or microbatches % degrees.pp:
+                        assert vpps == (1,)
+                        continue
+                    for vpp in range(2, min(VPP_CAP, model.num_layers // degrees.pp) + 1):
+                        if not _searched_vpp(model.num_layers, degrees.pp, vpp):
+                            continue
+                        runs = layout_problem(degrees.layout(vpp=vpp, mbs=mbs), model, job,
+                                              16) is None
+                        assert (vpp in vpps) == runs, (batch, degrees, mbs, vpp)
+                        refused += stack_ref is not None and mbs >= 2 and not runs
+    assert refused

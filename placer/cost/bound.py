@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from placer.cost.compute import (
+    LAYER_FIELDS,
     PassTimes,
     attention_forward_s,
     layer_work,
@@ -43,6 +44,7 @@ from placer.cost.compute import (
     tokens_per_gpu,
 )
 from placer.cost.groups import group_links
+from placer.cost.memo import BATCH_FIELDS, cached, constants_key, layout_fields, new_cache, text_key
 from placer.cost.options import CostOptions
 from placer.cost.params import StageShape, num_moe_layers, stage_shapes
 from placer.cost.pipeline import bubble_s
@@ -78,12 +80,44 @@ class StepFloor:
     """A dense layer's core-attention forward on one GPU (what the CP ring hides behind)."""
 
 
+Stages = tuple[tuple[StageShape, PassTimes], ...]
+_STAGES: dict[tuple[object, ...], tuple[Stages, float]] = new_cache()
+_EXPOSED: dict[tuple[object, ...], tuple[float, ...]] = new_cache()
+
+
+def _batch_free_key(model: Model, job: Job, layout: Layout, calib: Calibration,
+                    options: CostOptions) -> tuple[object, ...] | None:
+    """The cache key of a floor's per-micro-batch parts, which never read the global batch (only
+    ``_floor``'s ``m`` does): a what-if at half or twice the batch, forked after the main search,
+    finds its tuples' floors there. None for constants not from ``calibration_for`` (a fit's
+    tuned copy), which are costed afresh."""
+    constants = constants_key(calib)
+    if constants is None:
+        return None
+    return (text_key(model), text_key(job, BATCH_FIELDS), layout_fields(layout), constants,
+            options)
+
+
 def compute_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
                   options: CostOptions) -> StepFloor:
     """The compute floor of ``layout`` at any placement (``estimate_with``'s composition of a
     stage's compute; its communication and offload stall left out), with the hardware constants
     (``profile.calibration_for``) and runtime settings (``stack_options.job_options``) that
-    ``estimate`` resolves."""
+    ``estimate`` resolves. Each stage's pass times are cached without the global batch
+    (``_batch_free_key``)."""
+    key = _batch_free_key(model, job, layout, calib, options)
+    if key is None:
+        stages, attention_s = _stage_times(model, job, layout, calib, options)
+    else:
+        stages, attention_s = cached(_STAGES, key,
+                                     lambda: _stage_times(model, job, layout, calib, options))
+    return _floor(job, layout, stages, [0.0] * len(stages), False, attention_s)
+
+
+def _stage_times(model: Model, job: Job, layout: Layout, calib: Calibration,
+                 options: CostOptions) -> tuple[Stages, float]:
+    """Each pipeline rank's compute per micro-batch, and a dense layer's core-attention
+    forward (``compute_floor``)."""
     precision = linear_precision(job, options)
     dense_work = layer_work(model, job, layout, False, options)
     dense = pass_times(dense_work, calib, precision, "none")
@@ -99,8 +133,7 @@ def compute_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
                 stage = stage + moe.scaled(shape.moe_layers)
             by_kind[shape.kind] = stage + head if shape.last else stage
         stages.append((shape, by_kind[shape.kind]))
-    return _floor(job, layout, tuple(stages), [0.0] * len(stages), False,
-                  attention_forward_s(dense_work, calib))
+    return tuple(stages), attention_forward_s(dense_work, calib)
 
 
 @dataclass(frozen=True)
@@ -118,7 +151,22 @@ class LayerFloor:
 
 def layer_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
                 options: CostOptions) -> LayerFloor:
-    """``LayerFloor`` of ``layout``: the per-layer pass times ``compute_floor`` composes."""
+    """``LayerFloor`` of ``layout``: the per-layer pass times ``compute_floor`` composes,
+    cached on the fields ``layer_work`` reads (``compute.LAYER_FIELDS``) without the global
+    batch, so a what-if's search finds those of the main search."""
+    constants = constants_key(calib)
+    if constants is None:
+        return _layer_floor(model, job, layout, calib, options)
+    key = (text_key(model), text_key(job, BATCH_FIELDS),
+           tuple(getattr(layout, name) for name in LAYER_FIELDS), constants, options)
+    return cached(_LAYER_FLOORS, key, lambda: _layer_floor(model, job, layout, calib, options))
+
+
+_LAYER_FLOORS: dict[tuple[object, ...], LayerFloor] = new_cache()
+
+
+def _layer_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
+                 options: CostOptions) -> LayerFloor:
     precision = linear_precision(job, options)
     dense = pass_times(layer_work(model, job, layout, False, options), calib, precision, "none")
     moe = (pass_times(layer_work(model, job, layout, True, options), calib, precision, "none")
@@ -143,7 +191,20 @@ def balanced_floor_s(layers: LayerFloor, layout: Layout, global_batch_size: int)
 def with_exposure(model: Model, cluster: Cluster, job: Job, layout: Layout, floor: StepFloor,
                   calib: Calibration, options: CostOptions) -> StepFloor:
     """``floor`` (``compute_floor`` of the same layout) with each stage's least exposed TP, CP
-    and EP traffic on the natural placement's group links added."""
+    and EP traffic on the natural placement's group links added; the traffic per stage and
+    micro-batch cached without the global batch, as ``compute_floor``'s stages."""
+    key = _batch_free_key(model, job, layout, calib, options)
+    if key is None:
+        exposed = _stage_exposure(model, cluster, job, layout, floor, calib, options)
+    else:
+        exposed = cached(_EXPOSED, (text_key(cluster), *key), lambda: _stage_exposure(
+            model, cluster, job, layout, floor, calib, options))
+    return _floor(job, layout, floor.stages, list(exposed), True, floor.attention_forward_s)
+
+
+def _stage_exposure(model: Model, cluster: Cluster, job: Job, layout: Layout, floor: StepFloor,
+                    calib: Calibration, options: CostOptions) -> tuple[float, ...]:
+    """Each stage's least exposed TP, CP and EP traffic per micro-batch (``with_exposure``)."""
     links = group_links(cluster, layout, DEFAULT_ORDER, None, None,
                         experts=model.moe is not None, dims=FLOOR_GROUPS)
     tokens = tokens_per_gpu(job, layout)
@@ -162,13 +223,12 @@ def with_exposure(model: Model, cluster: Cluster, job: Job, layout: Layout, floo
                 cp_s[shape.layers] = _cp_exposed(model, layout, links, calib, tokens, shape,
                                                  floor.attention_forward_s,
                                                  options.cp_comm_overlap)
-    exposed = [tp_layer_s * shape.layers + ep_layer_s * shape.moe_layers
-               + cp_s.get(shape.layers, 0.0) for shape, _ in floor.stages]
-    return _floor(job, layout, floor.stages, exposed, True, floor.attention_forward_s)
+    return tuple(tp_layer_s * shape.layers + ep_layer_s * shape.moe_layers
+                 + cp_s.get(shape.layers, 0.0) for shape, _ in floor.stages)
 
 
-def _floor(job: Job, layout: Layout, stages: tuple[tuple[StageShape, PassTimes], ...],
-           exposed: list[float], with_links: bool, attention_s: float) -> StepFloor:
+def _floor(job: Job, layout: Layout, stages: Stages, exposed: list[float], with_links: bool,
+           attention_s: float) -> StepFloor:
     """The slowest stage's total over the step and the bubble of the mean stage, each stage's
     exposure split between forward and backward like its compute (``step._bubble``)."""
     m = max(1, layout.num_microbatches(job.global_batch_size))

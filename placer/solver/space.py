@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
+from placer.cost.memo import BATCH_FIELDS, cached, new_cache, text_key
 from placer.dims import LAYOUT_DIMS
 from placer.spec.job import Job
 from placer.spec.layout import (
@@ -197,8 +198,7 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
         if degrees.pp > 1 and microbatches % degrees.pp == 0:
             vpps += [v for v in range(2, min(VPP_CAP, layers_per_stage) + 1)
                      if _searched_vpp(model.num_layers, degrees.pp, v)
-                     and layout_problem(degrees.layout(vpp=v, mbs=m), model, degree_job,
-                                        degrees.num_gpus) is None]
+                     and _interleaving_runs(degrees, model, job, degree_job, v, m)]
         vpp_by_mbs.append(_allowed(job, "vpp", list(vpps), int))
     zero = list(ZERO_STAGES) if zero_allowed(degrees.dp, degrees.cp) else [0]
     sp = [False, True] if sp_allowed(degrees.tp, job.seq_len) else [False]
@@ -214,6 +214,34 @@ def knob_options(degrees: Degrees, model: Model, job: Job) -> KnobOptions:
         zero=_allowed(job, "zero", zero, int),
         recompute=_allowed(job, "recompute", recompute, str),
         sp=_allowed(job, "sp", list(sp), lambda v: "on" if v else "off"))
+
+
+_INTERLEAVING: dict[tuple[object, ...], bool] = new_cache()
+
+
+def _interleaving_runs(degrees: Degrees, model: Model, job: Job, degree_job: Job, vpp: int,
+                       mbs: int) -> bool:
+    """Whether ``layout_problem`` passes ``degrees`` at ``vpp`` virtual stages and micro-batch
+    ``mbs`` under ``degree_job`` (``job`` with its degree constraints only), where
+    ``knob_options`` asks: ``mbs`` divides the per-replica batch into a multiple of ``pp``
+    micro-batches. There the global batch enters only through ``dp * mbs`` dividing it (in the
+    key; the interleaved schedule's and DualPipe's micro-batch counts then pass), so the verdict
+    is cached without it (memo.BATCH_FIELDS; ``job``'s text also names its knob constraints):
+    the what-ifs at half and twice the batch find the main search's. Nothing else reads the
+    micro-batch's value but a stack rule's ``mbs`` condition (``degree_job`` keeps no ``mbs``
+    constraint), so without one the verdict is shared by every micro-batch."""
+    key = (text_key(model), text_key(job, BATCH_FIELDS), degrees, vpp,
+           mbs if _rules_read_mbs(job.stack) else None,
+           job.global_batch_size % (degrees.dp * mbs) == 0)
+    return cached(_INTERLEAVING, key, lambda: layout_problem(
+        degrees.layout(vpp=vpp, mbs=mbs), model, degree_job, degrees.num_gpus) is None)
+
+
+@cache
+def _rules_read_mbs(stack: str | None) -> bool:
+    """Whether a rule of the job's stack tests the micro-batch (``mbs``)."""
+    return stack is not None and any(condition.key == "mbs" for rule in load_stack(stack).rules
+                                     for condition in rule.when)
 
 
 def _searched_vpp(num_layers: int, pp: int, vpp: int) -> bool:
