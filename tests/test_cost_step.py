@@ -193,7 +193,8 @@ def test_more_gpus_than_the_cluster_is_a_user_error() -> None:
 @pytest.mark.parametrize("order", [("tp", "cp", "dp", "pp"), ("dp", "tp", "cp", "pp"),
                                    ("cp", "dp", "tp", "pp")])
 @pytest.mark.parametrize("text", ["tp=2,cp=2,dp=4,pp=2,ep=4", "tp=2,dp=8,ep=4,etp=2",
-                                  "tp=4,dp=4,ep=2"])
+                                  "tp=4,dp=4,ep=2", "tp=2,cp=2,dp=16,pp=2,ep=16,etp=2",
+                                  "tp=8,cp=2,dp=8,ep=64,etp=1"])
 def test_representative_groups_match_the_mesh_without_enumerating(order: tuple[str, ...],
                                                                   text: str) -> None:
     from placer.cost.groups import representative_groups

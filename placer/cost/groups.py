@@ -61,22 +61,27 @@ def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int
                                layout.ep * layout.etp)}
     for dim, locals_ in expert.items() if experts else ():
         if len(locals_) > 1 and dim in wanted:
-            groups[dim] = sorted(_stage_local_to_logical(layout, order, strides, i)
-                                 for i in locals_)
+            logical = _stage_locals_to_logical(layout, order, strides, locals_.stop)
+            groups[dim] = sorted(logical[locals_.start:locals_.stop:locals_.step])
     return {dim: tuple(members) for dim, members in groups.items()}
 
 
-def _stage_local_to_logical(layout: Layout, order: tuple[str, ...], strides: dict[str, int],
-                            local: int) -> int:
-    """Logical index of stage 0's ``local``-th tp x cp x dp point in mesh order (mesh.py)."""
-    index = 0
+def _stage_locals_to_logical(layout: Layout, order: tuple[str, ...], strides: dict[str, int],
+                             count: int) -> list[int]:
+    """Logical index of stage 0's ``local``-th tp x cp x dp point in mesh order (mesh.py), for
+    every local index below ``count``: a local index is a mixed-radix number over the non-PP
+    dimensions in mesh order (the first fastest), and its logical index the same digits times
+    the strides, so the table grows one dimension at a time, each only to the digits that
+    ``count`` reaches (an EP group of 256 ranks costs a list of 256 sums, not 256 digit
+    loops)."""
+    logical = [0]
     for dim in order:
-        if dim == Dim.PP:
+        if dim == Dim.PP or len(logical) >= count:
             continue
-        size = getattr(layout, dim)
-        index += (local % size) * strides[dim]
-        local //= size
-    return index
+        size, stride = getattr(layout, dim), strides[dim]
+        digits = min(size, -(-count // len(logical)))
+        logical = [base + digit * stride for digit in range(digits) for base in logical]
+    return logical
 
 
 def worst_placed_groups(cluster: Cluster, layout: Layout, order: tuple[str, ...],

@@ -83,6 +83,8 @@ def constants_key(calib: object) -> str | None:
 def layout_fields(layout: Layout, exclude: tuple[str, ...] = ()) -> tuple[Hashable, ...]:
     """Every field of ``layout`` (all ints, strings, bools and tuples) but those in ``exclude``,
     in declaration order: no pydantic hashing."""
+    if not exclude:
+        return tuple(layout.__dict__.values())
     return tuple(value for name, value in layout.__dict__.items() if name not in exclude)
 
 
