@@ -5,7 +5,10 @@ about a millisecond each), so the search bounds instead of enumerating:
 
 1. Memory: per (degrees, micro-batch) the most memory-saving knobs (full recompute, SP on,
    one virtual stage, the ZeRO stage that needs least) are checked first; if they do not fit,
-   no knob setting fits, nor a larger micro-batch (memory only grows with it).
+   no knob setting fits, nor a larger micro-batch (memory only grows with it). A (degrees, ZeRO
+   stage) whose weights, gradients and optimizer state alone exceed the GPU
+   (``memory.state_floor_bytes``, a lower bound that reads no micro-batch, recomputation or
+   SP) is checked at none of them.
 2. Recompute: for each (micro-batch, virtual stages, ZeRO, SP) only the least recomputation
    that fits is costed: more recomputation adds work and never removes any.
 3. Bounds, from the breakdown (its parts add up to the step time, each >= 0):
