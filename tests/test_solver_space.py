@@ -131,3 +131,28 @@ def test_interleaving_verdicts_shared_across_batches_and_micro_batches_are_exact
                         assert (vpp in vpps) == runs, (batch, degrees, mbs, vpp)
                         refused += stack_ref is not None and mbs >= 2 and not runs
     assert refused
+
+
+def test_degree_tuples_shared_across_batches_are_exact() -> None:
+    """degree_tuples caches each (ep, etp) split's verdict without the global batch: asked at
+    three batches in turn (DP 16 does not divide 24, so those splits must not come from the
+    cache of 64), in one process, the MoE tuples are exactly those whose base layout passes
+    layout_problem at that batch."""
+    model = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("dgx-h100").with_nodes(2)
+    for batch in (64, 24, 32):
+        job = Job(seq_len=4096, global_batch_size=batch)
+        caps = tp_capacity(topology_of(cluster), job, divisors(model.num_attention_heads))
+        got = set(degree_tuples(model, job, 16, caps, exact=True))
+        expected = set()
+        for tp, pp, cp in itertools.product(divisors(16), repeat=3):
+            if 16 % (tp * pp * cp) or tp > 8 or pp > model.num_layers:
+                continue
+            dp = 16 // (tp * pp * cp)
+            for ep, etp in itertools.product(divisors(model.moe.num_experts), divisors(tp)):
+                degrees = Degrees(tp, pp, dp, cp, ep, etp)
+                if (tp * cp * dp) % (ep * etp) == 0 and layout_problem(
+                        degrees.layout(), model, job, 16) is None:
+                    expected.add(degrees)
+        assert got == expected, batch
+        assert got and all(batch % d.dp == 0 for d in got)
