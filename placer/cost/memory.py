@@ -667,6 +667,12 @@ _MEMORY: dict[tuple[object, ...], MemoryBreakdown] = new_cache()
 _JOB_OPTIONS: dict[str, CostOptions] = new_cache()
 
 
+def _own_options(job: Job) -> CostOptions:
+    """The job's own options on its stack (``job_options``), cached on the job's text: the
+    search asks for them at every memory check and state floor."""
+    return cached(_JOB_OPTIONS, text_key(job), lambda: job_options(job))
+
+
 def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
                     options: CostOptions | None = None,
                     profile: LinkProfile | None = None) -> MemoryBreakdown:
@@ -681,7 +687,7 @@ def memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
     the key is made, so ``estimate`` (which passes them resolved) finds the search's memory
     checks of the same layout here."""
     if options is None:
-        options = cached(_JOB_OPTIONS, text_key(job), lambda: job_options(job))
+        options = _own_options(job)
     m = saturated_microbatches(layout, layout.num_microbatches(job.global_batch_size))
     if options.pipeline_keeps_outputs and layout.pp > 1:
         m = layout.num_microbatches(job.global_batch_size)  # the last stage keeps all outputs
@@ -695,7 +701,7 @@ def _resolved(job: Job, layout: Layout, options: CostOptions | None) -> tuple[Jo
     """The job and options the memory model prices ``layout`` with: None is the job's own on its
     stack, and DeepSpeed's engine resolved (``deepspeed_engine_memory``)."""
     if options is None:
-        options = job_options(job)
+        options = _own_options(job)
     if options.deepspeed_engine:
         job, options = deepspeed_engine_memory(job, layout, options)
     return job, options
