@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -389,28 +389,40 @@ def kept_bytes(shape: BlockShape, seq: int, recompute: str, layers: int = 1) -> 
     return after[device]["Total"] - before[device]["Total"] - output
 
 
+def _drop_grads_as_formed(params: Iterable[nn.Parameter]) -> None:
+    """Free each weight gradient once accumulated: the peaks measured are activations' only."""
+    for p in params:
+        p.register_post_accumulate_grad_hook(lambda q: setattr(q, "grad", None))
+
+
+def _cpu_total(tracker: Any, kind: str) -> float:
+    """MemTracker's ``kind`` ("current" or "peak") total on the CPU device."""
+    return tracker.get_tracker_snapshot(kind)[torch.device("cpu")]["Total"]
+
+
+def _run_blocks(blocks: list[Block], x: torch.Tensor, recompute: str) -> torch.Tensor:
+    out = x
+    for block in blocks:
+        out = run_layer(block, out, recompute)
+    return out
+
+
 def peak_bytes(shape: BlockShape, seq: int, recompute: str, layers: int = 1) -> tuple[float, float]:
     """(kept after forward, peak above the start) of forward + backward of ``layers`` blocks."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     blocks = [Block(shape, seq) for _ in range(layers)]
     x = layer_input(shape, seq)
-    for block in blocks:  # drop each weight gradient once formed: activations' peak only
-        for p in block.parameters():
-            p.register_post_accumulate_grad_hook(lambda q: setattr(q, "grad", None))
+    _drop_grads_as_formed(q for block in blocks for q in block.parameters())
     tracker = MemTracker()
     tracker.track_external(*blocks)
-    device = torch.device("cpu")
     with tracker:
-        start = tracker.get_tracker_snapshot("current")[device]["Total"]
-        out = x
-        for block in blocks:
-            out = run_layer(block, out, recompute)
-        kept = tracker.get_tracker_snapshot("current")[device]["Total"] - start
+        start = _cpu_total(tracker, "current")
+        out = _run_blocks(blocks, x, recompute)
+        kept = _cpu_total(tracker, "current") - start
         out.float().sum().backward()
-        peak = tracker.get_tracker_snapshot("peak")[device]["Total"] - start
+        peak = _cpu_total(tracker, "peak") - start
     return kept, peak
-
 
 
 def loss_bytes(tokens: int, hidden: int, vocab: int) -> tuple[float, float]:
@@ -420,19 +432,18 @@ def loss_bytes(tokens: int, hidden: int, vocab: int) -> tuple[float, float]:
 
     x = torch.randn(tokens, hidden, dtype=BF16, requires_grad=True)
     weight = nn.Parameter(torch.randn(vocab, hidden, dtype=BF16))
-    weight.register_post_accumulate_grad_hook(lambda q: setattr(q, "grad", None))
+    _drop_grads_as_formed([weight])
     labels = torch.randint(0, vocab, (tokens,))
     tracker = MemTracker()
     tracker.track_external(weight)
-    device = torch.device("cpu")
     with tracker:
-        start = tracker.get_tracker_snapshot("current")[device]["Total"]
+        start = _cpu_total(tracker, "current")
         logits = F.linear(x, weight)
         loss = F.cross_entropy(logits.float(), labels)
         del logits
-        kept = tracker.get_tracker_snapshot("current")[device]["Total"] - start
+        kept = _cpu_total(tracker, "current") - start
         loss.backward()
-        peak = tracker.get_tracker_snapshot("peak")[device]["Total"] - start
+        peak = _cpu_total(tracker, "peak") - start
     return kept, peak
 
 
@@ -445,20 +456,16 @@ def stack_loss_peak_bytes(shape: BlockShape, seq: int, vocab: int, recompute: st
 
     blocks = [Block(shape, seq) for _ in range(layers)]
     weight = nn.Parameter(torch.randn(vocab, shape.hidden, dtype=BF16))
-    for p in [weight, *(q for block in blocks for q in block.parameters())]:
-        p.register_post_accumulate_grad_hook(lambda q: setattr(q, "grad", None))
+    _drop_grads_as_formed([weight, *(q for block in blocks for q in block.parameters())])
     x = layer_input(shape, seq)
     labels = torch.randint(0, vocab, (seq,))
     tracker = MemTracker()
     tracker.track_external(weight, *blocks)
-    device = torch.device("cpu")
     with tracker:
-        start = tracker.get_tracker_snapshot("current")[device]["Total"]
-        out = x
-        for block in blocks:
-            out = run_layer(block, out, recompute)
+        start = _cpu_total(tracker, "current")
+        out = _run_blocks(blocks, x, recompute)
         logits = F.linear(out.view(seq, shape.hidden), weight)
         loss = F.cross_entropy(logits.float(), labels)
         del logits, out
         loss.backward()
-        return tracker.get_tracker_snapshot("peak")[device]["Total"] - start
+        return _cpu_total(tracker, "peak") - start
