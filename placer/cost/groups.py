@@ -69,11 +69,11 @@ def _representative_groups(tp: int, pp: int, dp: int, cp: int, ep: int, etp: int
 def _stage_locals_to_logical(layout: Layout, order: tuple[str, ...], strides: dict[str, int],
                              count: int) -> list[int]:
     """Logical indices of stage 0's tp x cp x dp points in mesh order (mesh.py), the i-th at
-    position i, for at least the first ``count`` of them: a local index is a mixed-radix
-    number over the non-PP dimensions in mesh order (the first fastest), and its logical index
-    the same digits times the strides, so the table grows one dimension at a time, each only to the digits that
-    ``count`` reaches (an EP group of 256 ranks costs a list of 256 sums, not 256 digit
-    loops)."""
+    position i, for at least the first ``count`` of them. A local index is a mixed-radix number
+    over the non-PP dimensions in mesh order (the first fastest), and its logical index the same
+    digits times the strides, so the table grows one dimension at a time, each only to the
+    digits that ``count`` reaches (an EP group of 256 ranks costs a list of 256 sums, not 256
+    digit loops)."""
     logical = [0]
     for dim in order:
         if dim == Dim.PP or len(logical) >= count:
