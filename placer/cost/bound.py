@@ -15,13 +15,13 @@ and the exposed per-layer collectives of the stage that is slowest in total; tha
 is at least any stage's, which is at least what this adds up for it:
 - compute as ``estimate_with`` composes a stage's (its dense and MoE layers' pass times, plus
   the output layer on the last stage; recomputation and an offload stall, both >= 0, left out);
-- TP: the per-layer collectives of ``step._tp_per_layer``; where they are pipelined with their
+- TP: the per-layer collectives of ``step.tp_per_layer``; where they are pipelined with their
   GEMMs (``step._tp_overlapped_layer_s``) each still shows at least ``1 - tp_overlap_efficiency``
   of itself and at least its first chunk (``1/tp``), so that share of the whole;
-- EP: the dispatch and combine of ``step._ep_per_layer``; hidden behind the other micro-batch
+- EP: the dispatch and combine of ``step.ep_per_layer``; hidden behind the other micro-batch
   (``--overlap-moe-expert-parallel-comm``, DualPipe) at least ``1 - overlap_efficiency`` of it
   stays exposed (``step._overlapped``, whatever the window);
-- CP: ``step._cp_exposed`` itself, at one forward pass (recomputation only adds a redo);
+- CP: ``step.cp_exposed_s`` itself, at one forward pass (recomputation only adds a redo);
 and the bubble (``pipeline.bubble_s``) of the mean stage's bound, which never shrinks as a
 stage's forward or backward grows. Recomputation only adds passes and calls, so the bound holds
 for every recompute mode, ZeRO stage and interleaving of the degrees and micro-batch. The search
@@ -49,7 +49,7 @@ from placer.cost.options import CostOptions
 from placer.cost.params import StageShape, num_moe_layers, stage_shapes
 from placer.cost.pipeline import bubble_s
 from placer.cost.profile import Calibration
-from placer.cost.step import _cp_exposed, _ep_per_layer, _tp_per_layer
+from placer.cost.step import cp_exposed_s, ep_per_layer, tp_per_layer
 from placer.dims import DEFAULT_ORDER, Group, Part
 from placer.spec.cluster import Cluster
 from placer.spec.job import Job
@@ -208,21 +208,21 @@ def _stage_exposure(model: Model, cluster: Cluster, job: Job, layout: Layout, fl
     links = group_links(cluster, layout, DEFAULT_ORDER, None, None,
                         experts=model.moe is not None, dims=FLOOR_GROUPS)
     tokens = tokens_per_gpu(job, layout)
-    tp_layer_s = _tp_per_layer(model, layout, links, calib, tokens).exposed_s
+    tp_layer_s = tp_per_layer(model, layout, links, calib, tokens).exposed_s
     if options.tp_comm_overlap and layout.sequence_parallel:
         tp_layer_s *= max(1.0 - calib.tp_overlap_efficiency, 1.0 / layout.tp)
     imbalance = options.routed_imbalance if model.moe is not None else 1.0
-    ep_layer_s = _ep_per_layer(model, layout, links, calib, tokens, imbalance,
-                               options.moe_dispatcher).exposed_s
+    ep_layer_s = ep_per_layer(model, layout, links, calib, tokens, imbalance,
+                              options.moe_dispatcher).exposed_s
     if options.ep_comm_overlap or layout.pipeline_schedule in ("dualpipe", "dualpipev"):
         ep_layer_s *= max(0.0, 1.0 - calib.overlap_efficiency)
     cp_s: dict[int, float] = {}
     if layout.cp > 1:
         for shape, _ in floor.stages:
             if shape.layers not in cp_s:
-                cp_s[shape.layers] = _cp_exposed(model, layout, links, calib, tokens, shape,
-                                                 floor.attention_forward_s,
-                                                 options.cp_comm_overlap)
+                cp_s[shape.layers] = cp_exposed_s(model, layout, links, calib, tokens, shape,
+                                                  floor.attention_forward_s,
+                                                  options.cp_comm_overlap)
     return tuple(tp_layer_s * shape.layers + ep_layer_s * shape.moe_layers
                  + cp_s.get(shape.layers, 0.0) for shape, _ in floor.stages)
 

@@ -360,11 +360,11 @@ def _microbatch(model: Model, cluster: Cluster, job: Job, layout: Layout, links:
     head = pass_times(logits_work(model, job, layout), calib, "bf16", layout.recompute,
                       is_layer=False)
 
-    tp_layer = _tp_per_layer(model, layout, links, calib, tokens)
+    tp_layer = tp_per_layer(model, layout, links, calib, tokens)
     tp_dense = _tp_overlapped_layer_s(tp_layer, dense_work, False, layout, calib, precision)
     tp_moe = (_tp_overlapped_layer_s(tp_layer, moe_work, True, layout, calib, precision)
               if moe_work is not None else 0.0)
-    ep_layer = _ep_per_layer(model, layout, links, calib, tokens, imb, options.moe_dispatcher)
+    ep_layer = ep_per_layer(model, layout, links, calib, tokens, imb, options.moe_dispatcher)
     # The other micro-batch's compute hides the dispatch (Megatron
     # --overlap-moe-expert-parallel-comm; DualPipe's overlapped forward-backward chunks).
     ep_hidden = options.ep_comm_overlap or layout.pipeline_schedule in ("dualpipe", "dualpipev")
@@ -382,8 +382,8 @@ def _microbatch(model: Model, cluster: Cluster, job: Job, layout: Layout, links:
                                            cluster)
         if shape.last:
             compute = compute + head
-        cp_s = _cp_exposed(model, layout, links, calib, tokens, shape, attn_fwd,
-                           options.cp_comm_overlap)
+        cp_s = cp_exposed_s(model, layout, links, calib, tokens, shape, attn_fwd,
+                            options.cp_comm_overlap)
         tp_s = tp_layer.exposed_s * shape.layers
         if options.tp_comm_overlap and tp_s > 0 and layout.sequence_parallel:
             tp_s = (tp_dense * (shape.layers - shape.moe_layers)
@@ -492,8 +492,8 @@ class _PerLayer:
 NO_LAYER = _PerLayer(Part.TP, (), 0.0)
 
 
-def _tp_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-                  tokens: float) -> _PerLayer:
+def tp_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
+                 tokens: float) -> _PerLayer:
     """TP: two all-reduces forward and two backward per layer (AG + RS with SP), exposed."""
     if layout.tp <= 1 or Group.TP not in links:
         return NO_LAYER
@@ -549,8 +549,8 @@ def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool
     return forward * layout.forward_passes + backward
 
 
-def _ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-                  tokens: float, imbalance: float, dispatcher: str = "alltoall") -> _PerLayer:
+def ep_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
+                 tokens: float, imbalance: float, dispatcher: str = "alltoall") -> _PerLayer:
     """EP: dispatch and combine per MoE layer, forward and backward (and redo), with the
     dispatcher's own traffic (placer.cost.dispatch)."""
     if model.moe is None or layout.ep <= 1 or Group.EP not in links:
@@ -592,8 +592,8 @@ def _cp_step(model: Model, layout: Layout, links: GroupLinks, calib: Calibration
     return _Call("send_recv", Group.CP, link, nbytes, coll.send_recv(link, nbytes, calib))
 
 
-def _cp_exposed(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
-                tokens: float, shape: StageShape, attn_fwd: float, overlap: bool = True) -> float:
+def cp_exposed_s(model: Model, layout: Layout, links: GroupLinks, calib: Calibration,
+                 tokens: float, shape: StageShape, attn_fwd: float, overlap: bool = True) -> float:
     """CP ring attention: each of cp-1 K/V exchanges hides behind one block of attention.
 
     ``attn_fwd`` is a layer's core-attention forward time on this GPU; the ring splits it into
