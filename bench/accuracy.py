@@ -681,9 +681,10 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     dp_overlap = "not overlapped" not in notes and source not in DEEPSPEED_PIPELINE_SOURCES
     sharding = str(record["layout"].get("dp_sharding") or "")
     deepspeed = "deepspeed" in sharding.lower() or source in DEEPSPEED_PIPELINE_SOURCES
-    # torchtitan runs eager PyTorch modules (separate projections, unfused cross-entropy). Its
-    # checkpointing policies decide what is saved whether or not torch.compile runs (the SAC
-    # policy keeps the same matmul outputs), so compiled runs keep the eager module structure.
+    # torchtitan runs eager PyTorch modules (separate projections, unfused cross-entropy), and
+    # compiled runs keep that module structure; --training.compile compiles each block
+    # (torchtitan@9dec370 parallelize_llama.py apply_compile), whose op-level checkpointing then
+    # keeps only the saved outputs the backward reads (CostOptions.compiled_layers).
     eager = source in TORCHTITAN_SOURCES
     # torchtitan's attention is F.scaled_dot_product_attention, whose flash backend is
     # FlashAttention-2 (an assumption where the page does not name the backend).
@@ -694,6 +695,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
                        fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
+                       compiled_layers=eager and "compile" in techniques,
                        # torchtitan's cross-entropy under loss_parallel when TP > 1 (options.py)
                        loss_parallel=eager,
                        pipeline_keeps_outputs=source in PIPELINE_KEEPS_OUTPUTS_SOURCES,

@@ -18,6 +18,7 @@ pytest.importorskip("torch.distributed._tools.mem_tracker")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch_blocks import (  # noqa: E402
     BlockShape,
+    compiled_op_kept_bytes,
     kept_bytes,
     loss_bytes,
     peak_bytes,
@@ -84,6 +85,26 @@ def test_op_level_selective_checkpointing_matches_pytorch(fused: bool, tp: int, 
     parts = _parts(tp, sp, fused)
     assert parts.kept("op") * SEQ == pytest.approx(measured, rel=1e-9)
     assert parts.kept("op") < 0.65 * parts.kept("none")
+
+
+@pytest.mark.parametrize(("tp", "sp"), [(1, False), (2, False), (2, True)],
+                         ids=["tp1", "tp2", "tp2-sp"])
+def test_compiled_op_level_checkpointing_matches_pytorch(tp: int, sp: bool) -> None:
+    """torch.compile'd, torchtitan's op-level SAC keeps only the saved outputs its backward
+    reads: not w2's output nor, under SP, the reduce-scatter outputs (they feed the residual
+    adds), measured on the tensors AOTAutograd's min-cut partitioner saves."""
+    h, a, kv, d, f, seq = 256, 8, 2, 32, 704, 128  # real tensors: a small layer
+    shape = BlockShape(h, a, kv, d, f, tp=tp, sp=sp, fused=False)
+    measured = compiled_op_kept_bytes(shape, seq)
+    model = _model(hidden_size=h, num_attention_heads=a, num_kv_heads=kv, ffn_hidden_size=f)
+    layout = Layout(tp=tp, sequence_parallel=sp)
+    compiled = activation_bytes_per_token(model, layout, False, fused_kernels=False,
+                                          compiled=True)
+    eager = activation_bytes_per_token(model, layout, False, fused_kernels=False)
+    assert compiled.kept("op") * seq == pytest.approx(measured, rel=1e-9)
+    dropped = 2 * h * (1 + (2 / tp if sp else 0))  # w2's output; the two RS outputs' shards
+    assert eager.kept("op") - compiled.kept("op") == pytest.approx(dropped)
+    assert compiled.kept("none") == eager.kept("none")  # only op-level checkpointing changes
 
 
 def test_dropout_masks_only_with_dropout() -> None:

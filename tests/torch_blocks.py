@@ -328,6 +328,12 @@ def _op_sac_policy(counts: dict[str, int]) -> Callable[..., CheckpointPolicy]:
     return policy
 
 
+def _op_sac_context() -> tuple[Any, Any]:
+    """A fresh op-level policy per checkpointed call, as torchtitan's context_fn makes one (its
+    matmul count restarts); a module-level function, which torch.compile traces."""
+    return create_selective_checkpoint_contexts(_op_sac_policy(defaultdict(int)))
+
+
 def run_layer(block: Block, x: torch.Tensor, recompute: str) -> torch.Tensor:
     """One layer under a recompute mode: none, selective (Megatron core_attn), op, full."""
     if recompute == "full":
@@ -337,9 +343,7 @@ def run_layer(block: Block, x: torch.Tensor, recompute: str) -> torch.Tensor:
             return checkpoint(block.core_attention, q, k, v, use_reentrant=False)
         return block(x, attn)
     if recompute == "op":
-        def context() -> tuple[Any, Any]:
-            return create_selective_checkpoint_contexts(_op_sac_policy(defaultdict(int)))
-        return checkpoint(block, x, use_reentrant=False, context_fn=context)
+        return checkpoint(block, x, use_reentrant=False, context_fn=_op_sac_context)
     assert recompute == "none", recompute
     return block(x)
 
@@ -387,6 +391,37 @@ def kept_bytes(shape: BlockShape, seq: int, recompute: str, layers: int = 1) -> 
     device = torch.device("cpu")
     output = out.untyped_storage().nbytes()
     return after[device]["Total"] - before[device]["Total"] - output
+
+
+def compiled_op_kept_bytes(shape: BlockShape, seq: int) -> float:
+    """Bytes one layer under torchtitan's op-level checkpointing keeps for backward when it is
+    torch.compile'd: the tensors the compiled forward saves (its backward node's saved
+    tensors; unique storages, the layer input included, parameters and buffers not), traced by
+    AOTAutograd with the min-cut partitioner Inductor uses (backend
+    ``aot_eager_decomp_partition``: Inductor's decompositions and partitioner, eager kernels).
+    Real tensors: a small ``shape``."""
+    block = Block(shape, seq)
+    x = layer_input(shape, seq)
+
+    def layer(t: torch.Tensor) -> torch.Tensor:
+        return checkpoint(block, t, use_reentrant=False, context_fn=_op_sac_context)
+
+    torch._dynamo.reset()
+    out = torch.compile(layer, backend="aot_eager_decomp_partition", fullgraph=True)(x)
+    exclude = storage_ids([*block.parameters(), *block.buffers(), out])
+    sizes: dict[int, int] = {}
+    nodes, seen = [out.grad_fn], set()
+    while nodes:
+        node = nodes.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for t in getattr(node, "saved_tensors", ()):
+            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in exclude:
+                sizes[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+        nodes.extend(n for n, _ in node.next_functions)
+    torch._dynamo.reset()
+    return float(sum(sizes.values()))
 
 
 def _drop_grads_as_formed(params: Iterable[nn.Parameter]) -> None:

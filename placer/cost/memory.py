@@ -159,6 +159,9 @@ class ActivationParts:
     the MLP's or MoE block's inner tensors; moe_act: the expert activation outputs;
     shared_experts: the shared experts' inner tensors; mla_up_proj: MLA's q, k and v, 0 for
     other attention)."""
+    op_unread: float = 0.0
+    """Of ``op_saved``, what a torch.compile'd layer does not keep: outputs the policy saves
+    that its backward never reads (CostOptions.compiled_layers)."""
 
     @property
     def total(self) -> float:
@@ -185,7 +188,7 @@ class ActivationParts:
         if recompute == "selective":
             return self.total - self.released(modules)
         if recompute == "op":
-            return self.checkpoint + self.op_saved
+            return self.checkpoint + self.op_saved - self.op_unread
         if recompute == "full":
             return self.checkpoint
         raise ValueError(f"unknown recompute mode {recompute!r}")
@@ -216,7 +219,8 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
                                flash_attention: bool = True, seq_len: int = 0,
                                fp8: bool = False,
                                moe_load_imbalance: float = MOE_LOAD_IMBALANCE,
-                               fused_kernels: bool = True, fp4: bool = False) -> ActivationParts:
+                               fused_kernels: bool = True, fp4: bool = False,
+                               compiled: bool = False) -> ActivationParts:
     """Saved activation bytes per token of one layer on one GPU (Korthikanti, generalised).
 
     With a plain MHA model of FFN 4h, no flash attention, dropout and tp = t this is Table 2:
@@ -224,6 +228,8 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     fp32 statistics). ``seq_len`` (the attended length) only matters without flash attention.
     With ``fp8`` Transformer Engine keeps the inputs of the linear layers in FP8 (1 byte), with
     ``fp4`` (its NVFP4 recipe on the linears of an FP8 job) in NVFP4 (NVFP4_BYTES).
+    ``compiled`` (eager modules under torch.compile, CostOptions.compiled_layers): op-level
+    checkpointing keeps only the saved outputs the backward reads.
     Every term is checked against PyTorch blocks in tests/test_memory_pytorch.py.
     """
     h, d, a = model.hidden_size, model.attention_head_dim, model.num_attention_heads
@@ -258,6 +264,10 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     # wq, wk, wv, wo, w1, w3, w2 (wq, wv, w1, w2 kept); fused: qkv, wo, gate+up, w2.
     sdpa = b * heads * d + FP32_BYTES * heads
     gate = 2 if model.gated_mlp else 1
+    # Saved by the op policy but never read by the backward: a torch.compile'd layer does not
+    # keep them (AOTAutograd's partitioner saves what the compiled backward reads;
+    # tests/test_memory_pytorch.py).
+    op_unread = 0.0
     if moe_layer and model.moe is not None:
         mlp_input, mlp_inner, op_mlp, working, act_out, shared = _moe_parts(
             model, layout, moe_load_imbalance, lin, fused)
@@ -267,6 +277,8 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
         mlp_input = lin * h * gathered
         mlp_inner = _mlp_inner_bytes(f, model.gated_mlp, lin, fused)
         op_mlp = b * f * gate if fused else b * f + (b * h if model.gated_mlp else 0.0)
+        if compiled and not fused and model.gated_mlp:
+            op_unread += b * h  # w2's output (the 7th matmul) only feeds the residual add
         working = b * f * gate
         modules = (("mlp", mlp_inner),)
     op_attn = b * d * (heads + (2 * kv if fused else kv)) + sdpa
@@ -274,12 +286,14 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
         op_attn = qkv + b * heads * model.value_head_dim + FP32_BYTES * heads
     if layout.sequence_parallel and t > 1:
         op_attn += 2 * b * h * rep  # the reduce-scatter outputs (in torchtitan's save list)
+        if compiled and not fused:
+            op_unread += 2 * b * h * rep  # they only feed the residual adds
     return ActivationParts(
         norms=norms, linear_inputs=attn_input + mlp_input, qkv=qkv, core_out=core_out,
         softmax=softmax, mlp_inner=mlp_inner, dropout=dropout, checkpoint=b * h * rep,
         op_saved=op_attn + op_mlp, backward_working=working + b * h,
         modules=(("core_attn", softmax), ("layernorm", attn_input + mlp_input),
-                 ("mla_up_proj", up_proj), *modules))
+                 ("mla_up_proj", up_proj), *modules), op_unread=op_unread)
 
 
 def _mla_parts(model: Model, layout: Layout, lin: float,
@@ -375,7 +389,7 @@ def _activation_parts(model: Model, job: Job, layout: Layout,
                                    seq_len=job.seq_len, fp8=fp8,
                                    moe_load_imbalance=options.routed_imbalance,
                                    fused_kernels=options.fused_kernels,
-                                   fp4=options.fp4_gemms)
+                                   fp4=options.fp4_gemms, compiled=options.compiled_layers)
         for moe in (False, True))
 
 

@@ -83,6 +83,13 @@ class CostOptions:
     compiled_loss: bool = False
     """The loss is torch.compile'd (torchtitan's --training.compile): it keeps only the bf16
     logits, not an fp32 log-softmax (memory.COMPILED_LOSS_PEAK_BYTES_PER_ENTRY)."""
+    compiled_layers: bool = False
+    """The transformer layers are torch.compile'd (torchtitan's --training.compile compiles each
+    block): under op-level selective checkpointing AOTAutograd's partitioner saves only what the
+    compiled backward reads, so the policy's saved output of the MLP's down projection (w2,
+    which only feeds the residual add) is not kept (memory.activation_bytes_per_token; measured
+    in tests/test_memory_pytorch.py with PyTorch's min-cut partitioner, the one Inductor uses).
+    Eager modules only (``fused_kernels`` False)."""
     fused_kernels: bool = True
     """Megatron-Core / Transformer Engine kernels: fused QKV and gate+up projections, a fused
     SwiGLU that saves only its input, contiguous q/k/v, and under sequence parallelism linears
