@@ -470,8 +470,22 @@ COMPILED_LOSS_SOURCES = {"TRAINY_H200_2506", "TORCHTITAN_MXFP8_MOE"}
 # passes return_outputs=False from e5ef99aab, Oct 2025).
 PIPELINE_KEEPS_OUTPUTS_SOURCES = {"TORCHTITAN_2412"}
 # Sources whose launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: torchtitan's
-# run_llama_train.sh (torchtitan@9dec370, line 22). Trainy launched torchrun directly.
+# run_llama_train.sh (torchtitan@9dec370, line 22). Trainy launched torchrun directly. That
+# script starts one node only (torchrun --nproc_per_node=${NGPU} --rdzv_endpoint="localhost:0",
+# no --nnodes), so it can have launched only the 8-GPU rows; the repository's multi-node
+# launcher at that commit, multinode_trainer.slurm, exports no PYTORCH_CUDA_ALLOC_CONF, and the
+# benchmark page does not say how its 128-512-GPU rows were launched: for them the allocator
+# setting is unstated, planned as for every other source that does not state it (the
+# fragmentation allowance kept; single_node_launcher_expandable).
 EXPANDABLE_SEGMENTS_SOURCES = {"TORCHTITAN_2412"}
+
+
+def single_node_launcher_expandable(record: dict[str, Any]) -> bool:
+    """Whether the record ran under its source's expandable-segments launcher, which starts
+    one node only (EXPANDABLE_SEGMENTS_SOURCES)."""
+    hardware = record["hardware"]
+    return (record["source_id"] in EXPANDABLE_SEGMENTS_SOURCES
+            and int(hardware["num_gpus"]) <= int(hardware.get("gpus_per_node") or 8))
 # Megatron-Bridge's performance launcher sets it per workload, not for every run
 # (NVIDIA-NeMo/Megatron-Bridge@00919dcf1fe13c0acf65e131f244378f0a6cd2b5
 # scripts/performance/perf_plugins.py _set_model_specific_environment_variables): Llama 3.1
@@ -699,7 +713,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        # torchtitan's cross-entropy under loss_parallel when TP > 1 (options.py)
                        loss_parallel=eager,
                        pipeline_keeps_outputs=source in PIPELINE_KEEPS_OUTPUTS_SOURCES,
-                       expandable_segments=(source in EXPANDABLE_SEGMENTS_SOURCES
+                       expandable_segments=(single_node_launcher_expandable(record)
                                             or bridge_expandable_segments(record)),
                        **(memory_flags(wrapper) if wrapper else {}),
                        tp_comm_overlap=tp_overlap, dp_comm_overlap=dp_overlap,

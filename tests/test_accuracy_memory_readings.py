@@ -150,3 +150,26 @@ def test_bf16_optimizer_table_runs_fit_and_its_tp4_pp6_dp16_rows_do_not() -> Non
         case = accuracy.case_for(record)
         mem = memory_estimate(case.model, case.cluster, case.job, case.layout, case.options)
         assert (mem.total_bytes <= mem.capacity_bytes) is ran, (hidden, layers, tp, pp, mbs)
+
+
+def test_torchtitans_compiled_rows_compile_their_layers_and_eager_rows_do_not() -> None:
+    """--training.compile compiles each transformer block (torchtitan@9dec370 apply_compile):
+    the rows whose techniques name torch.compile, and only they, run compiled layers."""
+    for source in ("TORCHTITAN_2412", "TRAINY_H200_2506"):
+        records = {r["id"]: r for r in RECORDS if r["source_id"] == source}
+        for case in _cases(source):
+            other = records[case.record_id]["result"].get("other") or {}
+            compiled = "compile" in str(other.get("techniques", ""))
+            assert case.options.compiled_layers is compiled, case.record_id
+    eager = {c.record_id: c for c in _cases("TORCHTITAN_2412")}["torchtitan_2412_t1_fsdp_bf16"]
+    assert not eager.options.compiled_layers
+
+
+def test_torchtitans_expandable_segments_launcher_ran_only_its_single_node_rows() -> None:
+    """torchtitan@9dec370's run_llama_train.sh sets expandable segments but rendezvouses on
+    localhost (one node); its multi-node launcher does not set them, and the page does not say
+    how the 128-512-GPU rows were launched: only the 8-GPU rows have them."""
+    cases = _cases("TORCHTITAN_2412")
+    assert {c.options.expandable_segments for c in cases if c.layout.num_gpus <= 8} == {True}
+    assert {c.options.expandable_segments for c in cases if c.layout.num_gpus > 8} == {False}
+    assert not any(c.options.expandable_segments for c in _cases("TRAINY_H200_2506"))
