@@ -87,12 +87,12 @@ def test_op_level_selective_checkpointing_matches_pytorch(fused: bool, tp: int, 
     assert parts.kept("op") < 0.65 * parts.kept("none")
 
 
-@pytest.mark.parametrize(("tp", "sp"), [(1, False), (2, False), (2, True)],
-                         ids=["tp1", "tp2", "tp2-sp"])
+@pytest.mark.parametrize(("tp", "sp"), [(1, False), (2, False)], ids=["tp1", "tp2"])
 def test_compiled_op_level_checkpointing_matches_pytorch(tp: int, sp: bool) -> None:
     """torch.compile'd, torchtitan's op-level SAC keeps only the saved outputs its backward
-    reads: not w2's output nor, under SP, the reduce-scatter outputs (they feed the residual
-    adds), measured on the tensors AOTAutograd's min-cut partitioner saves."""
+    reads: not w2's output (it feeds only the residual add), measured on the tensors
+    AOTAutograd's min-cut partitioner saves. Not SP: the block's stand-in reduce-scatter is an
+    autograd.Function the partitioner recomputes, a real collective it does not."""
     h, a, kv, d, f, seq = 256, 8, 2, 32, 704, 128  # real tensors: a small layer
     shape = BlockShape(h, a, kv, d, f, tp=tp, sp=sp, fused=False)
     measured = compiled_op_kept_bytes(shape, seq)
@@ -102,8 +102,7 @@ def test_compiled_op_level_checkpointing_matches_pytorch(tp: int, sp: bool) -> N
                                           compiled=True)
     eager = activation_bytes_per_token(model, layout, False, fused_kernels=False)
     assert compiled.kept("op") * seq == pytest.approx(measured, rel=1e-9)
-    dropped = 2 * h * (1 + (2 / tp if sp else 0))  # w2's output; the two RS outputs' shards
-    assert eager.kept("op") - compiled.kept("op") == pytest.approx(dropped)
+    assert eager.kept("op") - compiled.kept("op") == pytest.approx(2 * h)  # w2's bf16 output
     assert compiled.kept("none") == eager.kept("none")  # only op-level checkpointing changes
 
 

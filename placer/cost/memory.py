@@ -285,9 +285,10 @@ def activation_bytes_per_token(model: Model, layout: Layout, moe_layer: bool, *,
     if model.mla is not None:  # q, k, v at their widths and the attention output
         op_attn = qkv + b * heads * model.value_head_dim + FP32_BYTES * heads
     if layout.sequence_parallel and t > 1:
-        op_attn += 2 * b * h * rep  # the reduce-scatter outputs (in torchtitan's save list)
-        if compiled and not fused:
-            op_unread += 2 * b * h * rep  # they only feed the residual adds
+        # The reduce-scatter outputs (in torchtitan's save list). Compiled, they stay: the
+        # backward rebuilds the norm's input from one of them, and the partitioner does not
+        # recompute a collective (the test's stand-in reduce-scatter it would recompute).
+        op_attn += 2 * b * h * rep
     return ActivationParts(
         norms=norms, linear_inputs=attn_input + mlp_input, qkv=qkv, core_out=core_out,
         softmax=softmax, mlp_inner=mlp_inner, dropout=dropout, checkpoint=b * h * rep,

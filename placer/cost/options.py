@@ -89,7 +89,8 @@ class CostOptions:
     compiled backward reads, so the policy's saved output of the MLP's down projection (w2,
     which only feeds the residual add) is not kept (memory.activation_bytes_per_token; measured
     in tests/test_memory_pytorch.py with PyTorch's min-cut partitioner, the one Inductor uses).
-    Eager modules only (``fused_kernels`` False)."""
+    Eager modules only (``fused_kernels`` False); the SP reduce-scatter outputs are kept as
+    eager keeps them (not measured with a real collective)."""
     fused_kernels: bool = True
     """Megatron-Core / Transformer Engine kernels: fused QKV and gate+up projections, a fused
     SwiGLU that saves only its input, contiguous q/k/v, and under sequence parallelism linears
