@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -49,6 +50,18 @@ def test_children_start_before_the_results_are_read(tmp_path) -> None:
         time.sleep(0.01)
     assert all(m.exists() for m in marks)
     assert list(runs.results()) == [0, 1]
+
+
+@needs_fork
+def test_children_inherit_a_frozen_heap_and_the_parent_keeps_its_collector() -> None:
+    inherited = [object() for _ in range(1000)]  # alive when the children are forked
+    before = gc.get_freeze_count()
+    runs = ForkedRuns(lambda _n: gc.get_freeze_count(), [0, 1])
+    runs.start([0])
+    assert gc.get_freeze_count() == before
+    frozen = list(runs.results())  # the second child is forked here
+    assert all(count >= before + len(inherited) for count in frozen)
+    assert gc.get_freeze_count() == before
 
 
 def test_one_cpu_computes_in_this_process(monkeypatch) -> None:

@@ -6,6 +6,7 @@ user errors print one ``error:`` line and exit with code 2, never a traceback.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -73,10 +74,17 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the group, mapping every user error to one line and exit 2."""
+    """Console entry point: run the group, mapping every user error to one line and exit 2.
+
+    Run as the process's own entry point (``argv`` None), it freezes the heap before exiting
+    (``_exit_frozen``)."""
     _register()
     try:
-        code = cli.main(args=argv, prog_name="placer", standalone_mode=False)
+        try:
+            code = cli.main(args=argv, prog_name="placer", standalone_mode=False)
+        finally:
+            if argv is None:
+                _exit_frozen()
     except PlacerError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(USER_ERROR_EXIT_CODE)
@@ -97,3 +105,14 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("error: interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_frozen() -> None:
+    """Move every object into the collector's permanent generation (``gc.freeze``) as the
+    process is about to exit, so that the interpreter's final collection does not walk the
+    search's caches: recommend-layout's last ~0.2 s (GPT-3 175B / 1,024 A100) to ~0.55 s
+    (DeepSeek-V3 / 2,048 H100) went to that collection after the output was complete. Objects
+    are still freed, atexit handlers and non-daemon threads still run; only cycles found at
+    exit are left to the OS. Not in process (tests pass ``argv``): a frozen heap there would
+    keep every later cycle."""
+    gc.freeze()

@@ -11,6 +11,7 @@ computed here instead: which process computed a result never changes it.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -74,14 +75,24 @@ class ForkedRuns(Generic[T, R]):
         context = multiprocessing.get_context("fork")
         for stream in (sys.stdout, sys.stderr):  # a child must not repeat buffered output
             stream.flush()
-        for index in todo:
-            receive, send = context.Pipe(duplex=False)
-            child = context.Process(target=_serve, args=(self._fn, [self._items[index]], send),
-                                    daemon=True)
-            child.start()
-            send.close()
-            self._child_of[index] = len(self._children)
-            self._children.append((child, receive))
+        # The children start with this process's objects in the collector's permanent
+        # generation, so their collections do not walk (nor touch the pages of) what they
+        # inherit, the main search's caches; this process's is unfrozen again (unless it was
+        # frozen before).
+        frozen = gc.get_freeze_count()
+        gc.freeze()
+        try:
+            for index in todo:
+                receive, send = context.Pipe(duplex=False)
+                child = context.Process(target=_serve,
+                                        args=(self._fn, [self._items[index]], send), daemon=True)
+                child.start()
+                send.close()
+                self._child_of[index] = len(self._children)
+                self._children.append((child, receive))
+        finally:
+            if not frozen:
+                gc.unfreeze()
 
     def results(self) -> Iterator[R]:
         """Every item's result in order; the items not started yet start now, one child each."""
