@@ -155,3 +155,34 @@ def test_a_memory_check_and_an_estimate_of_one_layout_share_the_memory() -> None
     checked = memory_estimate(model, cluster, job, LAYOUTS[0])
     assert memory_estimate(model, cluster, job, LAYOUTS[0], job_options(job)) is checked
     assert estimate(model, cluster, job, LAYOUTS[0]).memory == checked
+
+
+def test_cached_flops_per_token_equal_fresh_ones() -> None:
+    """Model and recomputation FLOPs (an estimate's MFU and HFU) are cached per token under the
+    model's text, the sequence and the layout's recompute fields, pp and vpp: each equals the
+    same figure costed with every cache empty, after the others filled the caches."""
+    from placer.cost.compute import model_flops_per_step, recompute_flops_per_step
+
+    models = [model_preset(name) for name in ("llama3-70b", "mixtral-8x7b", "deepseek-v3")]
+    jobs = [Job(seq_len=seq, global_batch_size=batch) for seq, batch in ((4096, 64),
+                                                                         (8192, 128))]
+    layouts = [Layout(tp=8, pp=pp, dp=1, vpp=vpp, micro_batch_size=1, recompute=mode, **extra)
+               for pp, vpp in ((4, 1), (4, 2), (8, 1))
+               for mode, extra in (("none", {}), ("full", {}), ("full", {"recompute_layers": 2}),
+                                   ("selective", {}), ("op", {}),
+                                   ("selective", {"recompute_modules": ("mlp", "moe")}))]
+    cases = list(itertools.product(models, jobs, layouts))
+    fresh = {}
+    for index, (model, job, layout) in enumerate(cases):
+        clear_caches()
+        fresh[index] = (model_flops_per_step(model, job),
+                        recompute_flops_per_step(model, job, layout))
+    clear_caches()
+    for model, job, layout in cases:  # fill the caches with every other case first
+        model_flops_per_step(model, job)
+        recompute_flops_per_step(model, job, layout)
+    for index, (model, job, layout) in enumerate(cases):
+        got = (model_flops_per_step(model, job), recompute_flops_per_step(model, job, layout))
+        assert got == fresh[index], (model.name, job.seq_len, layout.compact())
+    # and the figures differ where the inputs do (the keys are not too coarse)
+    assert len({value[1] for value in fresh.values()}) > len(layouts)

@@ -549,7 +549,17 @@ def moe_host_launch_s(work: LayerWork, calib: Calibration) -> float:
 
 
 def forward_flops_per_token(model: Model, seq_len: int) -> float:
-    """Model forward FLOPs per token (non-causal attention, active experts only)."""
+    """Model forward FLOPs per token (non-causal attention, active experts only), cached under
+    the model's text and ``seq_len`` (every estimate reads it, for its MFU and HFU)."""
+    return cached(_FORWARD_FLOPS, (text_key(model), seq_len),
+                  lambda: _forward_flops_per_token(model, seq_len))
+
+
+_FORWARD_FLOPS: dict[tuple[str, int], float] = new_cache()
+_RECOMPUTE_FLOPS: dict[tuple[object, ...], float] = new_cache()
+
+
+def _forward_flops_per_token(model: Model, seq_len: int) -> float:
     d, a = model.attention_head_dim, model.num_attention_heads
     # A GEMM does 2 FLOPs per weight per token (params.py holds the weight shapes); core
     # attention 2 per key and head dimension in Q K^T (d) and in P V (the value width).
@@ -571,14 +581,24 @@ def model_flops_per_step(model: Model, job: Job) -> float:
 
 
 def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
-    """Extra forward FLOPs recomputation adds (hardware FLOPs = model FLOPs + these)."""
+    """Extra forward FLOPs recomputation adds (hardware FLOPs = model FLOPs + these). Per token
+    they read the model, the sequence and the layout's recompute fields, pp and vpp, cached
+    under those."""
     if layout.recompute == "none":
         return 0.0
-    per_token = forward_flops_per_token(model, job.seq_len)
+    key = (text_key(model), job.seq_len, layout.recompute, layout.recompute_modules,
+           layout.recompute_layers, layout.pp, layout.vpp)
+    return cached(_RECOMPUTE_FLOPS, key,
+                  lambda: _recompute_flops_per_token(model, job.seq_len, layout)
+                  ) * job.tokens_per_step
+
+
+def _recompute_flops_per_token(model: Model, seq_len: int, layout: Layout) -> float:
+    per_token = forward_flops_per_token(model, seq_len)
     per_token -= 2 * model.hidden_size * model.vocab_size  # the output layer is not redone
     core_attn = model.num_layers * 2 * model.num_attention_heads * (
         (model.attention_head_dim + model.value_head_dim)
-        * attended_keys_per_query(model, job.seq_len, causal=False))
+        * attended_keys_per_query(model, seq_len, causal=False))
     if layout.recompute == "op":  # every other linear GEMM (pass_times)
         per_token = (per_token - core_attn) / 2
     elif layout.recompute == "selective":
@@ -594,7 +614,7 @@ def recompute_flops_per_step(model: Model, job: Job, layout: Layout) -> float:
         per_token = redo
     elif layout.recompute_layers is not None:  # block method: that many layers per stage
         per_token *= min(1.0, layout.recompute_layers * layout.pp * layout.vpp / model.num_layers)
-    return per_token * job.tokens_per_step
+    return per_token
 
 
 def optimizer_step_time(params_per_gpu: float, calib: Calibration) -> float:
