@@ -52,6 +52,8 @@ def cli() -> None:
 
 
 _MODULES: tuple[str, ...] = ()
+_PROCESS_ENTRY = False
+"""Whether ``main`` runs as the process's entry point (``argv`` None), not in process."""
 
 
 def _add_commands(module_name: str) -> None:
@@ -77,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the group, mapping every user error to one line and exit 2.
 
     Run as the process's own entry point (``argv`` None), it freezes the heap before exiting
-    (``_exit_frozen``)."""
+    (``_exit_frozen``), and a command may turn the cyclic collector off (``collector_off``)."""
+    global _PROCESS_ENTRY
+    _PROCESS_ENTRY = argv is None
     _register()
     try:
         try:
@@ -105,6 +109,21 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("error: interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def collector_off() -> None:
+    """Turn the cyclic garbage collector off for the rest of this process, where ``main`` is
+    the process's entry point (in process, as tests run commands, nothing changes).
+
+    For recommend-layout, whose search allocates hundreds of thousands of small objects and
+    keeps most of them in its caches, so that each collection of the older generations walks
+    them again: in process (bench conditions, load ~4) the collector took 14 % of DeepSeek-V3's
+    main search (2,048 H100) and 22 % of a what-if's, 8 % and 21 % on GPT-3 175B / 1,024 A100;
+    off, the fresh command's CPU went 3.20 -> 2.92 s (GPT-3, 3 runs alternated) and ~11.1 ->
+    ~8.8 s (DeepSeek-V3, 2 runs) with the same peak memory (63 / 140 MB): the search makes no
+    reference cycles worth collecting. The forked what-if children inherit the setting."""
+    if _PROCESS_ENTRY:
+        gc.disable()
 
 
 def _exit_frozen() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from placer.cli import collector_off
 from placer.cli.options import (
     NO_KNOBS,
     JobInputs,
@@ -114,6 +115,7 @@ def recommend_layout_command(model_ref: str, cluster_ref: str, nodes: int | None
 
     Example: placer recommend-layout --model llama3-70b --cluster dgx-h100 --nodes 8
     """
+    collector_off()  # run as a command, not in process (placer.cli.collector_off)
     if plot_dir is not None:
         from placer.report.plots import require_matplotlib
 
