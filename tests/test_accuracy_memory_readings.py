@@ -19,6 +19,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import accuracy  # noqa: E402
 
+from placer.cost import memory  # noqa: E402
+from placer.cost.params import shared_expert_ffn  # noqa: E402
+from placer.spec import Model  # noqa: E402
+
 RECORDS = json.loads((REPO / "bench" / "data" / "published-runs.json").read_text())["records"]
 
 
@@ -173,3 +177,43 @@ def test_torchtitans_expandable_segments_launcher_ran_only_its_single_node_rows(
     assert {c.options.expandable_segments for c in cases if c.layout.num_gpus <= 8} == {True}
     assert {c.options.expandable_segments for c in cases if c.layout.num_gpus > 8} == {False}
     assert not any(c.options.expandable_segments for c in _cases("TRAINY_H200_2506"))
+
+
+def _saved_floor_elements_per_token(model: Model) -> int:
+    """Hand count of what one Llama-4-style MoE layer (top-k routed experts and shared experts,
+    no dense FFN) must keep per token for its backward with no checkpointing, whatever a
+    compiler recomputes: SDPA's q, k, v and output; the attention and FFN blocks' inputs (the
+    norm input or output, one of the two); the routed copies that arrive by all-to-all (a
+    collective is not recomputed) and both first-GEMM outputs of every routed and shared expert
+    (SwiGLU's backward reads both; the product that feeds w2 can be recomputed from them)."""
+    h, d = model.hidden_size, model.attention_head_dim
+    moe = model.moe
+    assert moe is not None
+    attention = d * (2 * model.num_attention_heads + 2 * model.kv_heads)
+    blocks = 2 * h
+    routed = moe.top_k * (h + 2 * moe.expert_ffn_hidden_size)
+    shared = moe.num_shared_experts * 2 * shared_expert_ffn(model)
+    return attention + blocks + routed + shared
+
+
+def test_torchtitan_mxfp8_scout_runs_take_torchaos_local_batch_of_one() -> None:
+    """The torchtitan MXFP8 page lists local batch 10 for its 256-GB200 Llama4 Scout run;
+    torchao's MoE-training README (the same run, table and author) lists 1, both with no
+    activation checkpointing. A hand count of what the layers must keep rules out 10 on a
+    GB200 even at one byte per element (about 440 GiB in bf16, 220 at one byte, vs 185 GiB), and
+    placer's estimate is above that count; the record's local batch 1 fits."""
+    cases = _cases("TORCHTITAN_MXFP8_MOE")
+    assert len(cases) == 2
+    for case in cases:
+        model, layout, job = case.model, case.layout, case.job
+        assert (layout.micro_batch_size, layout.recompute, layout.pp) == (1, "none", 1)
+        assert job.global_batch_size == 256 and job.seq_len == 8192
+        floor = _saved_floor_elements_per_token(model)
+        assert floor * 2 == 120_832  # bytes per token per layer in bf16
+        ten = 10 * job.seq_len * model.num_layers * floor
+        capacity = memory.memory_estimate(model, case.cluster, job, layout,
+                                          case.options).capacity_bytes
+        assert ten * 1 > capacity and ten * 2 / 2**30 == pytest.approx(442.5, abs=0.1)
+        _, moe = memory._activation_parts(model, job, layout, case.options)
+        assert moe.kept("none") >= floor * 2
+        assert accuracy.estimate_case(case, accuracy.calibration_of(case)).fits
