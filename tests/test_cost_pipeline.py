@@ -234,3 +234,38 @@ def test_an_automatic_uneven_split_says_which_megatron_flags_run_it() -> None:
     assert len(balanced) == 1 and "--pipeline-model-parallel-layout 'Ett|t*4|" in balanced[0]
     assert split_notes(Layout.parse("pp=4,vpp=2"), 32) == []  # even
     assert split_notes(Layout.parse("pp=8,vpp=8,emb=on,loss=on"), 126) == []  # the layout says
+
+
+def _torch_interleaved_peak_chunks(p: int, v: int, m: int, rank: int) -> int:
+    """Most forward chunks rank ``rank`` holds before their backward in torch 2.13's
+    ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py, the "flex_pp" form:
+    N = m // max(1, m // p) contiguous micro-batches per local stage), read off the action list
+    the schedule itself builds for that rank."""
+    from types import SimpleNamespace
+
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
+
+    rounds = max(1, m // p)
+    plan = SimpleNamespace(n_local_stages=v, pp_group_size=p, _n_microbatches=m,
+                           microbatches_per_round=m // rounds)
+    held = peak = 0
+    for action in ScheduleInterleaved1F1B._calculate_single_rank_operations(plan, rank):
+        if action is None:
+            continue
+        if action.computation_type == _ComputationType.FORWARD:
+            held += 1
+        else:
+            peak = max(peak, held)  # the chunk whose backward runs still holds its activations
+            held -= 1
+    return peak
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(16, 8, 32), (16, 8, 16), (4, 2, 8), (8, 4, 24)])
+def test_interleaved_in_flight_matches_torchs_flexible_schedule(p: int, v: int, m: int) -> None:
+    """The Llama 3 paper's schedule with a tunable number of contiguous micro-batches (section
+    3.3.2) is torch's flexible Interleaved 1F1B; where m is a multiple of p its N is p, and every
+    rank's peak is what placer counts (the 405B rows: PP 16, V 8, 32 and 16 micro-batches)."""
+    layout = Layout(tp=1, pp=p, dp=1, vpp=v, micro_batch_size=1)
+    for rank in range(p):
+        assert microbatches_in_flight(layout, rank, m) * v == _torch_interleaved_peak_chunks(
+            p, v, m, rank), rank
