@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_frameworks import Case, example_cases, missing, need, run_worker, torchtitan_toml_path
+from helpers_frameworks import (
+    Case,
+    example_cases,
+    missing,
+    need,
+    run_worker,
+    torchtitan_toml_path,
+    write_case,
+)
 
 # Each starts the framework in its own venv over every example candidate (tests/conftest.py).
 pytestmark = pytest.mark.slow
@@ -62,6 +70,42 @@ def _assert_matches_plan(case: Case, got: dict[str, Any], output: str) -> None:
     mbs = got["parallelism"]["pipeline_parallel_microbatch_size"]
     assert mbs == layout.micro_batch_size, case.id
     assert training["local_batch_size"] * layout.dp == job.global_batch_size, case.id
+
+
+def _compile_cases(root: Path) -> list[Case]:
+    """A Llama-3-8B plan on torchtitan@0.2 (which compiles each block and the loss) with
+    runtime.torch_compile on: TP2 PP2 FSDP4, op-level recompute, 16 GPUs."""
+    from helpers_launch import candidate, plan, small_cluster
+
+    from placer.spec import Job, Layout
+    from placer.spec.presets import model_preset
+
+    model, cluster = model_preset("llama3-8b"), small_cluster(2, 8)
+    job = Job(name="compile-test", seq_len=4096, global_batch_size=64, stack="torchtitan@0.2",
+              runtime={"torch_compile": True})
+    layout = Layout(tp=2, pp=2, dp=4, zero_stage=3, recompute="op", sequence_parallel=True)
+    compiled = plan(model, cluster, [candidate(model, cluster, job, layout)], job=job)
+    return [write_case(root / "compile", "compile#0", compiled)]
+
+
+@pytest.mark.parametrize("kind", ["py", "toml"])
+def test_torchtitan_takes_the_compile_setting(kind: str, tmp_path: Path) -> None:
+    """torchtitan's own ConfigManager reads the knob as compile.enable with the components
+    placer priced (torchtitan/config/configs.py CompileConfig; 0.2's job_config.py Compile)."""
+    pythonpath = ""
+    if kind == "toml":
+        path = torchtitan_toml_path()
+        if path is None:
+            missing("no torchtitan 0.2.x target directory")
+        pythonpath = str(path)
+    need("torchtitan", pythonpath)
+    name = "torchtitan_config.py" if kind == "py" else "torchtitan.toml"
+    cases = _compile_cases(tmp_path)
+    assert name in cases[0].written, cases[0].refused
+    got = run_worker("torchtitan_accept.py", [kind], _manifest(cases, name), tmp_path,
+                     pythonpath=pythonpath)["compile#0"]
+    _assert_matches_plan(cases[0], got, "lm_head" if kind == "py" else "output")
+    assert got["compile"] == {"enable": True, "components": ["model", "loss"]}
 
 
 def _refusals_are_named(cases: list[Case], name: str) -> None:

@@ -132,6 +132,7 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     if "float8" in converters or (isinstance(float8, dict) and float8.get(
             "enable_float8_linear")):
         s.precision = "fp8"
+    s.compile_components = _compiled(data, training, where, parsed)
     parsed.settings = s
     seq_len = training.get("seq_len")
     parsed.seq_len = seq_len if _positive(seq_len) else None
@@ -151,6 +152,44 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
         parsed.model_problem = (f"[model] name = {model.get('name')!r}, flavor = "
                                 f"{model.get('flavor')!r} is not a model placer knows")
     return parsed
+
+
+COMPILE_COMPONENTS = ("model", "loss")
+"""torchtitan's compile.components default (torchtitan@08b8b244f config/job_config.py Compile
+and 0.3's config/configs.py CompileConfig): each TransformerBlock, and the loss."""
+
+
+def _compiled(data: dict[str, Any], training: dict[str, Any], where: dict[str, int],
+              parsed: ParsedConfig) -> tuple[str, ...]:
+    """What the config torch.compiles: ``[compile] enable`` with its ``components`` (from
+    torchtitan@08b8b244f, Aug 2025, so every 0.2 release), else the older ``[training] compile``,
+    which compiled each block and, from torchtitan@bbb1b616e (Apr 2025; components/loss.py
+    build_cross_entropy_loss) until the key moved, the loss. A file with the ``[parallelism]``
+    table (torchtitan@785c34c, Mar 2025, the v0.1 layout) is read as compiling the loss too; a
+    2024 file (degrees under ``[training]``) as compiling the blocks only (torchtitan@9dec370
+    train.py has the loss compile commented out)."""
+    table = data.get("compile")
+    if isinstance(table, dict) and "enable" in table:
+        if "compile.enable" in where:
+            parsed.lines["torch_compile"] = where["compile.enable"]
+        if table.get("enable") is not True:
+            return ()
+        components = table.get("components", list(COMPILE_COMPONENTS))
+        if not isinstance(components, list):
+            return ()
+        return tuple(c for c in COMPILE_COMPONENTS if c in components)
+    if training.get("compile") is not True:
+        return ()
+    if "training.compile" in where:
+        parsed.lines["torch_compile"] = where["training.compile"]
+    if isinstance(data.get("parallelism"), dict):
+        parsed.notes.append("torch.compile: [training] compile of a file with [parallelism] "
+                            "(torchtitan from Mar 2025): the blocks and, as from Apr 2025 "
+                            "(bbb1b616e), the loss")
+        return COMPILE_COMPONENTS
+    parsed.notes.append("torch.compile: [training] compile of a 2024 file (degrees under "
+                        "[training]): the blocks only, not yet the loss")
+    return ("model",)
 
 
 def fsdp_zero_stage(shard: int, cp: int) -> int:

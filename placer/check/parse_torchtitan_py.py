@@ -17,7 +17,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from placer.check.parse_torchtitan import TORCHTITAN_ORDER, fsdp_zero_stage, preset_for
+from placer.check.parse_torchtitan import (
+    COMPILE_COMPONENTS,
+    TORCHTITAN_ORDER,
+    fsdp_zero_stage,
+    preset_for,
+)
 from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.check.torchtitan_flavors import flavor_model
 from placer.dialects import torchtitan
@@ -60,6 +65,19 @@ class _Reader(ast.NodeVisitor):
         self.flavor: str | None = None
         self.recompute: str | None = None
         self.calls: set[str] = set()
+        self.compile_locals: dict[str, ast.Call] = {}  # name = CompileConfig(...)
+
+    def _compile(self, node: ast.AST) -> None:
+        """``compile=`` / ``config.compile =`` a ``CompileConfig(...)`` (or a local name bound
+        to one): its enable and components, with CompileConfig's defaults for those unset."""
+        if isinstance(node, ast.Name):
+            node = self.compile_locals.get(node.id, node)
+        if not (isinstance(node, ast.Call) and _call_name(node).endswith("CompileConfig")):
+            return
+        given = {k.arg: k.value for k in node.keywords if k.arg}
+        for key, default in (("enable", False), ("components", list(COMPILE_COMPONENTS))):
+            value = _literal(given[key]) if key in given else default
+            self.values[f"compile.{key}"] = ("compile", value, node.lineno)
 
     def visit_Call(self, node: ast.Call) -> None:
         name = _call_name(node)
@@ -77,17 +95,24 @@ class _Reader(ast.NodeVisitor):
         for keyword in node.keywords:
             if keyword.arg == "activation_checkpoint":
                 self.recompute = _recompute(keyword.value)
+            if keyword.arg == "compile" and name.endswith("Config"):
+                self._compile(keyword.value)
         self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute):
                 section = target.value.attr
-                if section in ("parallelism", "training"):
+                if section in ("parallelism", "training", "compile"):
                     self.values[f"{section}.{target.attr}"] = (
                         section, _literal(node.value), node.lineno)
             if isinstance(target, ast.Attribute) and target.attr == "activation_checkpoint":
                 self.recompute = _recompute(node.value)
+            if isinstance(target, ast.Attribute) and target.attr == "compile":
+                self._compile(node.value)
+            if (isinstance(target, ast.Name) and isinstance(node.value, ast.Call)
+                    and _call_name(node.value).endswith("CompileConfig")):
+                self.compile_locals[target.id] = node.value
         self.generic_visit(node)
 
 
@@ -203,6 +228,7 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
     micro = values.get("parallelism.pipeline_parallel_microbatch_size", ("", 1, 0))[1]
     s.micro_batch_size = (micro if s.pp > 1 else local) if isinstance(
         micro if s.pp > 1 else local, int) else None
+    s.compile_components = _compiled(values, parsed)
     parsed.settings = s
     seq = values.get("training.seq_len", values.get("training.max_context_length",
                                                      ("", None, 0)))[1]
@@ -219,3 +245,22 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
         parsed.notes.append(f"model from torchtitan {model_name} {reader.flavor}: "
                             f"{parsed.model_ref or 'torchtitan flavor table'}")
     return parsed
+
+
+def _compiled(values: dict[str, tuple[str, Any, int]], parsed: ParsedConfig) -> tuple[str, ...]:
+    """What the config torch.compiles: ``compile.enable`` and ``compile.components``
+    (CompileConfig, off by default; a base config's own setting when the function leaves it).
+    A value that is not a literal is read as off, with a note."""
+    if "compile.enable" not in values:
+        return ()
+    parsed.lines["torch_compile"] = values["compile.enable"][2]
+    enable = values["compile.enable"][1]
+    components = values.get("compile.components", ("", list(COMPILE_COMPONENTS), 0))[1]
+    for key, value in (("enable", enable), ("components", components)):
+        if isinstance(value, _Unknown):
+            parsed.notes.append(f"torch.compile: compile.{key} = {value.text} is not a literal: "
+                                "checked uncompiled")
+            return ()
+    if enable is not True or not isinstance(components, list | tuple):
+        return ()
+    return tuple(c for c in COMPILE_COMPONENTS if c in components)

@@ -84,6 +84,10 @@ class Settings:
     cross_entropy_impl: Literal["native", "te"] = "native"
     """Megatron's fused cross-entropy kernel (--cross-entropy-loss-fusion with
     --cross-entropy-fusion-impl te keeps the bf16 logits: memory.TE_LOSS_PEAK_BYTES_PER_ENTRY)."""
+    compile_components: tuple[str, ...] = ()
+    """What the config torch.compiles, in torchtitan's names (``model``: each block, ``loss``);
+    any: the checked job's runtime.torch_compile, priced per component (CostOptions.
+    compiled_layers, compiled_loss)."""
     expandable_segments: bool | None = False
     """The launch script's environment runs PyTorch's allocator with expandable segments
     (placer.spec.runtime.alloc_conf_expandable): no fragmentation allowance in its memory; None:

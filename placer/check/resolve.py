@@ -375,7 +375,12 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
     runtime = Runtime(grad_reduce_dtype="bf16" if s.grad_reduce_bf16 else None,
                       fp8_param_gather=s.fp8_param_gather and s.precision == "fp8",
                       cross_entropy_impl="te" if s.cross_entropy_impl == "te" else None,
-                      expandable_segments=_expandable_segments(ctx))
+                      expandable_segments=_expandable_segments(ctx),
+                      torch_compile=bool(s.compile_components))
+    if s.compile_components:
+        ctx.notes.append(f"torch.compile: {', '.join(s.compile_components)} (runtime."
+                         "torch_compile): a compiled loss keeps only the bf16 logits, a compiled "
+                         "block under op-level checkpointing only the outputs its backward reads")
     return Job(seq_len=seq_len, global_batch_size=gbs, precision=s.precision,
                runtime=runtime), known
 
@@ -476,6 +481,10 @@ def _memory(ctx: _Context, layout: Layout, job: Job, index: int | None) -> list[
     wrapper = ctx.parsed.settings.deepspeed_optimizer
     if wrapper is not None:  # how DeepSpeed's optimizer wrapper holds gradients and state
         options = replace(options, **memory_flags(wrapper))
+    compiled = ctx.parsed.settings.compile_components
+    if compiled:  # torchtitan's compile.components: each block ("model"), the loss
+        options = replace(options, compiled_layers="model" in compiled,
+                          compiled_loss="loss" in compiled)
     live = ctx.parsed.settings.zero3_max_live_params
     if live is not None:
         options = replace(options, zero3_max_live_params=live)

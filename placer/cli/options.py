@@ -62,6 +62,9 @@ _JOB_KNOB_OPTIONS = (
     click.option("--moe-imbalance", type=click.FloatRange(1.0, 64.0), metavar="F",
                  help="tokens the busiest expert rank gets, as a multiple of the mean "
                       "[default: the stack's, else 1.25]"),
+    click.option("--torch-compile/--no-torch-compile", "torch_compile", default=None,
+                 help="torch.compile what the stack compiles (torchtitan's --compile.enable: "
+                      "each block and the loss)  [default: no]"),
     click.option("--gpu", metavar="GPU",
                  help="GPU preset for every node of the cluster, e.g. --cluster dgx-a100 --gpu "
                       "A100-40GB (see 'placer presets')"),

@@ -57,6 +57,12 @@ def options_for(job: Job, stack: Stack | None,
                                       is None else runtime.expandable_segments)
     if runtime.cross_entropy_impl is not None:
         updates["cross_entropy_impl"] = runtime.cross_entropy_impl
+    if runtime.torch_compile:
+        # what the stack compiles (Stack.compile_components; the job validator refuses a stack
+        # that compiles nothing); without a stack both, as torchtitan's default components
+        components = stack.compile_components if stack is not None else ("layers", "loss")
+        updates.update(compiled_layers="layers" in components,
+                       compiled_loss="loss" in components)
     return replace(base, **updates) if updates else base  # type: ignore[arg-type]
 
 

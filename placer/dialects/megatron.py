@@ -250,6 +250,10 @@ def runtime_settings(placed: Placed) -> tuple[dict[str, object], list[str]]:
             notes.append("The estimate keeps FP8 weights (fp8_param_gather), but Megatron's "
                          "--fp8-param-gather needs the distributed optimizer or an FSDP (zero >= "
                          "1): not written, so the launch keeps bf16 weights (more memory).")
+    if options.compiled_layers or options.compiled_loss:
+        notes.append("The estimate torch.compiles the model (runtime.torch_compile on the job's "
+                     "stack), which Megatron-LM does not do to its layers or loss: the launch "
+                     "keeps what eager code keeps (more activation and loss memory).")
     return out, notes
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 
+from placer.cost.stack_options import job_options
 from placer.dialects.base import (
     OrderFit,
     Placed,
@@ -197,12 +198,31 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
     checkpoint: dict[str, object] = {"mode": mode}
     if mode == "selective":
         checkpoint["selective_ac_option"] = "op"
-    return {
+    sections: dict[str, dict[str, object]] = {
         "job": {"description": f"{job.name} ({layout})"},
         "training": dict(sorted(training.items())),
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
     }
+    components = compile_components(placed)
+    if components and version_key(version) < version_key("0.2"):
+        # 0.1: --training.compile compiles each block and the loss (torchtitan@f7084fc
+        # config_manager.py Training.compile, components/loss.py build_cross_entropy_loss).
+        sections["training"] = dict(sorted({**training, "compile": True}.items()))
+    elif components:
+        # 0.2 and later: [compile] enable, components (config/job_config.py Compile, 0.3's
+        # config/configs.py CompileConfig; torchtitan@08b8b244f moved it out of [training]).
+        sections["compile"] = {"enable": True, "components": list(components)}
+    return sections
+
+
+def compile_components(placed: Placed) -> tuple[str, ...]:
+    """torchtitan's compile.components for what the cost model priced compiled (runtime.
+    torch_compile on the job's stack, placer.cost.stack_options.job_options): ``model`` (each
+    block) and ``loss``; none when the knob is off."""
+    options = job_options(placed.plan.job)
+    return tuple(name for name, on in (("model", options.compiled_layers),
+                                       ("loss", options.compiled_loss)) if on)
 
 
 def _stages(placed: Placed, version: str) -> dict[str, object]:
@@ -287,8 +307,8 @@ def render_python(placed: Placed, version: str, notes: list[str],
     if ac_class:
         lines.append(f"    from torchtitan.distributed.activation_checkpoint import {ac_class}")
         lines.append("")
-    for section in ("parallelism", "training"):
-        for key, value in sections[section].items():
+    for section in ("parallelism", "training", "compile"):
+        for key, value in sections.get(section, {}).items():
             lines.append(f"    config.{section}.{key} = {_py(value)}")
     lines.append("    config.activation_checkpoint = "
                  + (f"{ac_class}.Config()" if ac_class else "None"))

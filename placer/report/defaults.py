@@ -54,6 +54,8 @@ class JobKnobs:
     stack: str | None = None
     overlaps: str | None = None
     moe_imbalance: float | None = None
+    torch_compile: bool | None = None
+    """--torch-compile / --no-torch-compile: runtime.torch_compile."""
     gpu: str | None = None
     """--gpu: a GPU preset put in every node type of the cluster (``resolve_gpu``)."""
 
@@ -148,6 +150,8 @@ def resolve_job(model: Model, *, seq_len: int | None, global_batch: int | None,
         runtime["overlaps"] = _overlaps(knobs.overlaps)
     if knobs.moe_imbalance is not None:
         runtime["moe_load_imbalance"] = knobs.moe_imbalance
+    if knobs.torch_compile is not None:
+        runtime["torch_compile"] = knobs.torch_compile
     if runtime:
         fields["runtime"] = runtime
     if runtime.get("expandable_segments") is None:

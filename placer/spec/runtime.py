@@ -99,6 +99,12 @@ class Runtime(Spec):
     fp8_param_gather: bool = Field(
         default=False, description="keep and all-gather FP8 weights (Megatron --fp8-param-gather, "
         "torchtitan enable_fsdp_float8_all_gather)")
+    torch_compile: bool = Field(
+        default=False, description="torch.compile what the stack compiles (stack."
+        "compile_components; torchtitan's --compile.enable with compile.components [model, loss], "
+        "before Aug 2025 --training.compile): each transformer block, whose op-level selective "
+        "checkpointing then keeps only the saved outputs its backward reads, and the loss, which "
+        "keeps only the bf16 logits; a stack that compiles nothing refuses it")
 
 
 def runtime_optimizer_bytes(data: Any) -> Any:

@@ -27,6 +27,10 @@ from placer.spec.model import Model
 from placer.spec.pipeline import Schedule
 from placer.spec.runtime import Dispatcher, Fp8Recipe, Overlap, Runtime
 
+CompileComponent = Literal["layers", "loss"]
+"""What a stack torch.compiles under runtime.torch_compile: ``layers``, each transformer block
+(CostOptions.compiled_layers), and ``loss``, the cross-entropy (CostOptions.compiled_loss)."""
+
 STACK_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,40}@[0-9][0-9A-Za-z.+-]{0,20}$"
 
 LAYOUT_KNOBS = ("cp", "ep", "etp", "vpp", "sequence_parallel", "schedule", "first_stage_layers",
@@ -171,6 +175,10 @@ class Stack(Spec):
     moe_dispatchers: tuple[Dispatcher, ...] = ()
     fp8_recipes: tuple[Fp8Recipe, ...] = ()
     fp8_param_gather: bool = False
+    compile_components: tuple[CompileComponent, ...] = Field(
+        default=(), description="what torch.compile compiles when a job sets runtime."
+        "torch_compile: layers (each transformer block) and loss; empty: nothing placer models "
+        "(Megatron-Core compiles no layers; the job's torch_compile is refused)")
     defaults: StackDefaults
     rules: tuple[StackRule, ...] = ()
     requirements: tuple[StackRequirement, ...] = ()
@@ -286,7 +294,7 @@ def load_stack(ref: str) -> Stack:
 
 def runtime_problem(runtime: Runtime, stack: Stack) -> tuple[str, object, str] | None:
     """The first runtime setting ``stack`` does not offer (an overlap, a dispatcher, an FP8
-    recipe, FP8 parameter gather), or None."""
+    recipe, FP8 parameter gather, torch.compile), or None."""
     for overlap in runtime.overlaps or ():
         if overlap not in stack.overlaps:
             return ("runtime.overlaps", overlap, f"{stack.name} overlaps "
@@ -299,4 +307,8 @@ def runtime_problem(runtime: Runtime, stack: Stack) -> tuple[str, object, str] |
                 f"{', '.join(stack.fp8_recipes) or 'no FP8 recipe'}")
     if runtime.fp8_param_gather and not stack.fp8_param_gather:
         return ("runtime.fp8_param_gather", True, f"{stack.name} gathers parameters in bf16")
+    if runtime.torch_compile and not stack.compile_components:
+        return ("runtime.torch_compile", True, f"{stack.name} lists nothing it torch.compiles "
+                "(stack.compile_components): drop --torch-compile (runtime."
+                "torch_compile) or use a stack that compiles, e.g. --stack torchtitan@0.2")
     return None

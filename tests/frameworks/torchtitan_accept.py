@@ -152,6 +152,8 @@ def check(kind: str, case: dict[str, Any]) -> dict[str, Any]:
             "global_batch_size", "local_batch_size", "seq_len")}
         out["activation_checkpoint"] = (type(config.activation_checkpoint).__qualname__
                                         if kind == "py" else config.activation_checkpoint.mode)
+        out["compile"] = {"enable": config.compile.enable,
+                          "components": list(config.compile.components)}
         world = case["world_size"]
         try:
             if hasattr(ParallelDims, "from_config"):
