@@ -7,6 +7,7 @@ The CLI prints ``error: <message>`` and exits with code 2, with no traceback.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,13 +43,21 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def from_validation_error(exc: ValidationError, source: str,
-                          example: str | None = None) -> PlacerError:
+WHOLE_OBJECT_CHECKS = ("value_error", "assertion_error")
+"""Error types a validator raises; with a mapping as input, a model validator's check across its
+fields, whose message names them (a field validator's input is the field's own value). A message
+that starts ``FIELD: `` (``pools.0.node_type: ...``) names the field within the object."""
+
+
+def from_validation_error(exc: ValidationError, source: str, example: str | None = None,
+                          schema: str | None = None) -> PlacerError:
     """Turn pydantic's multi-line report into one line about its first problem.
 
     An unknown field comes first: a misspelled required field is also reported missing under its
-    right name, and the misspelling is what the user must fix. Missing fields are named all at
-    once (those beside the first), with ``example``, a command that writes a commented one.
+    right name, and the misspelling is what the user must fix; ``schema`` is the ``placer schema``
+    kind whose fields it is checked against. Missing fields are named all at once (those beside
+    the first), with ``example``, a command that writes a commented one. A check over a whole
+    object (a model validator) names that object and its own message, not the object's repr.
     """
     errors = exc.errors(include_url=False)
     first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
@@ -61,8 +70,8 @@ def from_validation_error(exc: ValidationError, source: str,
         missing = [str(e["loc"][-1]) for e in errors
                    if e.get("type") == "missing" and tuple(e["loc"][:-1]) == loc[:-1]]
         close = difflib.get_close_matches(str(loc[-1]) if loc else "", missing, n=1)
-        hint = (f"did you mean {close[0]!r}?" if close
-                else "check its spelling against `placer schema`")
+        see = f"`placer schema {schema}`" if schema else "`placer schema`"
+        hint = f"did you mean {close[0]!r}?" if close else f"check its spelling against {see}"
         return PlacerError(f"{field}: unknown field; {hint}")
     if first.get("type") == "missing":
         parent = tuple(first.get("loc", ()))[:-1]
@@ -74,4 +83,9 @@ def from_validation_error(exc: ValidationError, source: str,
         where = ".".join([source, *map(str, parent)])
         return PlacerError(f"{where}: required fields are missing: {', '.join(missing)}{see}")
     value = first.get("input")
+    if first.get("type") in WHOLE_OBJECT_CHECKS and isinstance(value, dict):
+        inner = re.match(r"([A-Za-z_]\w*(?:\.\w+)*): (.+)", message)
+        if inner:  # the check names the field within the object: 'pools.0.node_type: ...'
+            field, message = f"{field}.{inner.group(1)}", inner.group(2)
+        return PlacerError(f"{field}: {message}")
     return PlacerError(f"{field}: {short_repr(value)} is not valid; {message}")

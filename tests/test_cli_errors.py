@@ -107,14 +107,15 @@ def test_unknown_preset(run: Callable[[list[str]], tuple[int, str, str]], option
     ("misspelled.yaml", _cluster_yaml().replace("gpus_per_node:", "gpus_per_nodes:"),
      ["node_types.0.gpus_per_nodes: unknown field; did you mean 'gpus_per_node'?"]),
     ("misspelled_optional.yaml", _cluster_yaml().replace("nodes_per_leaf:", "nodes_per_leaves:"),
-     ["network.nodes_per_leaves: unknown field; check its spelling against `placer schema`"]),
+     ["network.nodes_per_leaves: unknown field; check its spelling against "
+      "`placer schema cluster`"]),
     ("missing.yaml", _cluster_yaml().replace("    gpus_per_node: 8\n", ""),
      ["node_types.0.gpus_per_node: required field is missing; `placer init cluster` writes a "
       "commented example"]),
     ("bare.yaml", "name: x\n",  # every missing field at once, not one per attempt
      ["bare.yaml: required fields are missing: node_types, pools; `placer init cluster`"]),
     ("bad_gpu.yaml", _cluster_yaml().replace("gpu: H100-SXM-80GB", "gpu: H100-SXM-8GB"),
-     ["unknown GPU 'H100-SXM-8GB'"]),
+     ["node_types.0.gpu: 'H100-SXM-8GB' is not valid; did you mean H100-SXM-80GB"]),
     ("malformed.yaml", "name: x\nnode_types: [\n  {name: a,\n", ["invalid YAML"]),
     ("truncated.json", json.dumps(cluster_preset("dgx-h100").model_dump(mode="json"))[:300],
      ["truncated.json:1: invalid JSON"]),

@@ -38,6 +38,14 @@ def test_every_schema_is_a_valid_json_schema(capsys: pytest.CaptureFixture[str])
         jsonschema.Draft202012Validator.check_schema(schema(name, capsys))
 
 
+def test_an_unknown_fields_hint_names_the_kind_placer_schema_prints_for_that_model() -> None:
+    from placer.cli.spec_commands import schemas
+    from placer.spec.presets import SCHEMA_KINDS
+
+    kinds = {model.__name__: kind for kind, model in schemas().items()}
+    assert {name: kinds.get(name) for name in SCHEMA_KINDS} == SCHEMA_KINDS
+
+
 def test_the_schemas_reject_an_unknown_field(capsys: pytest.CaptureFixture[str]) -> None:
     plan = json.loads((EXAMPLE / "plan.json").read_text())
     with pytest.raises(jsonschema.ValidationError, match="Additional properties"):

@@ -336,8 +336,9 @@ def test_mixed_node_types_in_two_pools() -> None:
     ({"excluded_gpus": [{"node": 1, "gpu": 0}]}, "nodes are 0..0"),
     ({"excluded_gpus": [{"node": 0, "gpu": 8}]}, "does not exist"),
     ({"excluded_gpus": [{"node": 0, "gpu": g} for g in range(8)]}, "every GPU"),
-    ({"pools": [{"node_type": "dgx-h200", "count": 1}]}, "is not one of"),
-    ({"pools": [{"node_type": "dgx-h100", "count": 2, "hostnames": ["n0"]}]}, "1 hostnames"),
+    ({"pools": [{"node_type": "dgx-h200", "count": 1}]}, "'dgx-h200' is not a node type"),
+    ({"pools": [{"node_type": "dgx-h100", "count": 2, "hostnames": ["n0"]}]},
+     "hostnames: 1 given for count 2"),
     ({"pools": [{"node_type": "dgx-h100", "count": 1, "hostnames": ["bad_host"]}]}, "RFC 1123"),
     ({"pools": [{"node_type": "dgx-h100", "count": -2}]}, "greater than or equal to 1"),
 ])
@@ -355,7 +356,7 @@ def test_node_type_rules() -> None:
     node["fabric"] = {**node["fabric"], "kind": "nvlink_bridge"}
     with pytest.raises(ValidationError, match="needs nvlink_groups"):
         _cluster(node_types=[node])
-    with pytest.raises(ValidationError, match="unique"):
+    with pytest.raises(ValidationError, match="name 'dgx-h100' is used twice"):
         _cluster(node_types=[cluster_preset("dgx-h100").node_types[0].model_dump()] * 2)
 
 

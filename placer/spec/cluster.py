@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from placer.errors import InputError
 from placer.spec.base import MIN_BYTES_PER_S, Spec
 from placer.spec.gpu import GPU
 
@@ -64,9 +65,11 @@ class IntraNodeFabric(Spec):
     @model_validator(mode="after")
     def _nvlink_fields(self) -> IntraNodeFabric:
         if self.kind != "pcie" and self.nvlink_bandwidth_bytes_per_s is None:
-            raise ValueError(f"a {self.kind} fabric needs nvlink_bandwidth_bytes_per_s")
+            raise ValueError(f"kind {self.kind} needs nvlink_bandwidth_bytes_per_s (per GPU, per "
+                             "direction); set it, or kind: pcie")
         if self.kind == "nvlink_bridge" and not self.nvlink_groups:
-            raise ValueError("an nvlink_bridge fabric needs nvlink_groups")
+            raise ValueError("kind nvlink_bridge needs nvlink_groups (the GPUs each bridge joins, "
+                             "e.g. [[0, 1], [2, 3]])")
         return self
 
 
@@ -107,20 +110,26 @@ class NodeType(Spec):
     @classmethod
     def _gpu_from_catalog(cls, value: object) -> object:
         if isinstance(value, str):
-            from placer.spec.presets import gpu_preset
+            from placer.spec.presets import load_gpu
 
-            return gpu_preset(value)
+            try:
+                return load_gpu(value, "gpu")
+            except InputError as exc:  # raised as pydantic's, so the error names the field
+                raise ValueError(exc.fix) from None
         return value
 
     @model_validator(mode="after")
     def _local_indices(self) -> NodeType:
         n = self.gpus_per_node
-        groups = [*self.fabric.nvlink_groups, *self.fabric.pcie_switch_groups]
-        groups += [*self.fabric.numa_groups, *(nic.gpus for nic in self.nics)]
-        for group in groups:
+        groups = [(f"fabric.{field}.{i}", group) for field in
+                  ("nvlink_groups", "pcie_switch_groups", "numa_groups")
+                  for i, group in enumerate(getattr(self.fabric, field))]
+        groups += [(f"nics.{i}.gpus", nic.gpus) for i, nic in enumerate(self.nics)]
+        for where, group in groups:
             bad = [g for g in group if not 0 <= g < n]
             if bad:
-                raise ValueError(f"GPU index {bad[0]} is outside 0..{n - 1} for {self.name}")
+                raise ValueError(f"{where}: GPU index {bad[0]} is outside 0..{n - 1} "
+                                 f"(gpus_per_node {n}); use a local index of that range")
         return self
 
     @property
@@ -183,7 +192,8 @@ class NodePool(Spec):
     @model_validator(mode="after")
     def _hostname_count(self) -> NodePool:
         if self.hostnames is not None and len(self.hostnames) != self.count:
-            raise ValueError(f"{len(self.hostnames)} hostnames given for {self.count} nodes")
+            raise ValueError(f"hostnames: {len(self.hostnames)} given for count {self.count} "
+                             "nodes; give one per node")
         return self
 
 
@@ -222,19 +232,26 @@ class Cluster(Spec):
     @model_validator(mode="after")
     def _references(self) -> Cluster:
         names = [t.name for t in self.node_types]
-        if len(set(names)) != len(names):
-            raise ValueError("node_types names must be unique")
-        for pool in self.pools:
+        twice = [name for i, name in enumerate(names) if name in names[:i]]
+        if twice:
+            raise ValueError(f"node_types: name {twice[0]!r} is used twice; give each node type "
+                             "its own name")
+        for i, pool in enumerate(self.pools):
             if pool.node_type not in names:
-                raise ValueError(f"pool node_type {pool.node_type!r} is not one of {names}")
+                raise ValueError(f"pools.{i}.node_type: {pool.node_type!r} is not a node type; "
+                                 f"use one of node_types' names ({', '.join(names)})")
         total = sum(p.count for p in self.pools)
-        for ref in self.excluded_gpus:
+        for i, ref in enumerate(self.excluded_gpus):
             if ref.node >= total:
-                raise ValueError(f"excluded GPU on node {ref.node}, but nodes are 0..{total - 1}")
-            if ref.gpu >= self.node_type_of(ref.node).gpus_per_node:
-                raise ValueError(f"excluded GPU {ref.gpu} on node {ref.node} does not exist")
+                raise ValueError(f"excluded_gpus.{i}.node: {ref.node} does not exist; nodes are "
+                                 f"0..{total - 1}, counted over the pools in order")
+            per_node = self.node_type_of(ref.node).gpus_per_node
+            if ref.gpu >= per_node:
+                raise ValueError(f"excluded_gpus.{i}.gpu: {ref.gpu} does not exist on node "
+                                 f"{ref.node}; its GPUs are 0..{per_node - 1}")
         if self.num_gpus == 0:
-            raise ValueError("every GPU of the cluster is excluded")
+            raise ValueError("excluded_gpus: every GPU of the cluster is excluded; leave one "
+                             "healthy")
         return self
 
     def node_type_named(self, name: str) -> NodeType:

@@ -262,7 +262,7 @@ class Layout(Spec):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:  # a degree out of range, e.g. tp=0
-            raise from_validation_error(exc, "--layout") from None
+            raise from_validation_error(exc, "--layout", schema="layout") from None
 
     def compact(self) -> str:
         """The compact string form, every knob spelled out (parse(compact()) == self)."""

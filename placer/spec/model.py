@@ -102,7 +102,8 @@ class Model(Spec):
         if self.mla is not None:
             self._check_mla(self.mla)
         if self.moe and self.moe.first_dense_layers > self.num_layers:
-            raise ValueError("moe.first_dense_layers exceeds num_layers")
+            raise ValueError(f"moe.first_dense_layers {self.moe.first_dense_layers} exceeds "
+                             f"num_layers {self.num_layers}")
         if self.sliding_window_layers is not None:
             if self.sliding_window_layers > self.num_layers:
                 raise ValueError(f"sliding_window_layers {self.sliding_window_layers} exceeds "

@@ -124,11 +124,18 @@ def validated(model_cls: type[M], data: Any, source: str) -> M:
         return model_cls.model_validate(data)
     except ValidationError as exc:
         kind = INIT_KINDS.get(model_cls.__name__)
-        raise from_validation_error(exc, source, f"placer init {kind}" if kind else None) from None
+        raise from_validation_error(exc, source, f"placer init {kind}" if kind else None,
+                                    SCHEMA_KINDS.get(model_cls.__name__)) from None
 
 
 INIT_KINDS = {"Cluster": "cluster", "Model": "model", "Job": "job"}
 """Input files ``placer init`` writes a commented example of, by model class."""
+
+SCHEMA_KINDS = {"Model": "model", "Cluster": "cluster", "NodeType": "node", "Job": "job",
+                "Layout": "layout", "LinkProfile": "profile", "Plan": "plan", "Stack": "stack"}
+"""The ``placer schema`` kind of each document read through ``validated``, by model class, for
+the unknown-field hint; the CLI's SCHEMA_NAMES holds every kind (tests/test_schemas.py checks
+they agree)."""
 
 
 def read_document(path: Path) -> Any:
@@ -211,8 +218,12 @@ def preset_name(ref: str, names: list[str]) -> str | None:
     return folded.get(ref.casefold())
 
 
-def unknown_preset(option: str, ref: str, names: list[str], *, or_file: bool = True) -> InputError:
-    """The error for a name that is neither a preset nor a file: the closest presets first."""
+def unknown_preset(option: str, ref: str, names: list[str], *,
+                   or_file: bool | str = True) -> InputError:
+    """The error for a name that is neither a preset nor a file: the closest presets first.
+
+    ``or_file`` is what else the option takes: a file (True), nothing (False), or those words.
+    """
     import difflib
 
     folded = {name.casefold(): name for name in names}
@@ -221,12 +232,24 @@ def unknown_preset(option: str, ref: str, names: list[str], *, or_file: bool = T
     # megatron-core@0.20, which spelling distance alone ranks below shorter names (H800)
     held = [name for fold, name in folded.items() if len(key) >= 2 and key in fold]
     held.sort(key=lambda name: not name.casefold().startswith(key))
-    spelled = [folded[m] for m in difflib.get_close_matches(key, folded, n=3, cutoff=0.6)]
-    close = list(dict.fromkeys([*held, *spelled]))[:3]
+    # spaces and underscores read as the catalog's hyphens ('H100 SXM 80GB'); then a name with
+    # the text's first word as one of its own: 'H200 NVL' (a vendor's spelling) has 'h200', as
+    # H200-141GB does
+    words = [w for w in re.split(r"[\s_-]+", key) if w]
+    spaced = "-".join(words)
+    by_word = [name for fold, name in folded.items()
+               if len(words) > 1 and len(words[0]) >= 2 and words[0] in fold.split("-")]
+    spelled = [folded[m] for m in difflib.get_close_matches(spaced, folded, n=3, cutoff=0.6)]
+    close = list(dict.fromkeys([*held, *spelled, *by_word]))[:3]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    tail = " or a file" if or_file else ""
+    tail = " or a file" if or_file is True else f"; {or_file}" if or_file else ""
     return InputError(option, ref, f"{hint}use a preset ({', '.join(names)}; placer presets)"
                                    f"{tail}")
+
+
+GPU_NOT_LISTED = ("a GPU not listed: a cluster file whose node type's gpu is a mapping of its "
+                  "fields (placer init cluster)")
+"""What a GPU name outside the catalog can be given as instead (``--gpu`` takes no file)."""
 
 
 def load_model(ref: str) -> Model:
@@ -300,10 +323,11 @@ def load_cluster(ref: str) -> Cluster:
 
 
 def load_gpu(ref: str, option: str = "--gpu") -> GPU:
-    """A GPU preset by name, any case (``h100-sxm-80gb``)."""
+    """A GPU preset by name, any case (``h100-sxm-80gb``); the one rule for GPU names, on the
+    command line and in a cluster file's ``gpu:``."""
     name = preset_name(ref, gpu_names())
     if name is None:
-        raise unknown_preset(option, ref, gpu_names())
+        raise unknown_preset(option, ref, gpu_names(), or_file=GPU_NOT_LISTED)
     return gpu_preset(name)
 
 

@@ -162,7 +162,7 @@ def load_bench(path: Path) -> dict[str, Any]:
     try:
         BenchResults.model_validate(data)
     except ValidationError as exc:
-        raise from_validation_error(exc, str(path)) from None
+        raise from_validation_error(exc, str(path), schema="bench") from None
     return data
 
 

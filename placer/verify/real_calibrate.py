@@ -57,7 +57,7 @@ def load_real_results(path: Path) -> dict[str, Any]:
     try:
         RealModelResults.model_validate(data)
     except ValidationError as exc:
-        raise from_validation_error(exc, str(path)) from None
+        raise from_validation_error(exc, str(path), schema="verify-real-model") from None
     return data
 
 
