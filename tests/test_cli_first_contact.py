@@ -1,15 +1,21 @@
 """A newcomer's first contact (issue #20): GPU names in cluster files and on --gpu, the hints of
-bad-file errors, each through the real command (``placer.cli.main``)."""
+bad-file errors, the what-if progress count and digit grouping, each through the real command
+(``placer.cli.main``)."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers_cli import assert_one_line_error, cli
 
+from placer.cli.recommend_command import _with_progress
+from placer.report import progress
+from placer.report.whatif import WhatIf
 from placer.spec.presets import cluster_preset, gpu_names, gpu_preset
 
 ESTIMATE = ["estimate", "--model", "llama3-8b", "--layout", "tp=8,pp=1,dp=1,mbs=1", "--json"]
@@ -101,3 +107,37 @@ def test_a_check_across_fields_names_the_field_not_the_objects_repr(
     assert_one_line_error(code, err)
     assert err.strip() == f"error: {path}{line}"
 
+
+def test_the_what_if_count_runs_unbroken(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The second of three what-ifs is quick (its siblings were solved alongside it): once the
+    first has shown its line, the second's shows too, not "1 of 3" then "3 of 3"."""
+    monkeypatch.setattr(progress, "DELAY_S", 0.05)
+
+    def solved(pauses_s: list[float]) -> Iterator[WhatIf]:
+        for pause_s in pauses_s:
+            time.sleep(pause_s)
+            yield WhatIf(f"after {pause_s} s", None, None)
+
+    assert len(list(_with_progress(solved([0.3, 0.0, 0.3]), 3, enabled=True))) == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"placer: checking what would change the answer ({i} of 3) ..."
+                     for i in (1, 2, 3)]
+    assert len(list(_with_progress(solved([0.0, 0.0, 0.0]), 3, enabled=True))) == 3
+    assert capsys.readouterr().err == ""  # quick ones stay silent
+
+
+def test_counts_are_grouped_as_the_rest_of_the_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(["recommend-layout", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                          "--nodes", "1", "--no-what-if", "--top", "1"], capsys)
+    assert code == 0, err
+    job = next(line for line in out.splitlines() if line.startswith("job "))
+    # llama3-8b's 8,192-token default, 512 sequences of it the ~4M-token default batch
+    assert job.split(None, 1)[1] == ("seq_len 8,192, global batch 512 sequences (4.19M "
+                                     "tokens/step), bf16")
+    code, out, err = cli(["estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100",
+                          "--nodes", "128", "--global-batch", "1536", "--layout",
+                          "tp=8,pp=8,dp=16,mbs=1,zero=1,recompute=selective,sp=on"], capsys)
+    assert code == 0, err
+    # 128 DGX A100 nodes of 8 GPUs
+    assert out.startswith("gpt3-175b on dgx-a100 (1,024 GPUs), 1,536 x 2,048 tokens per step")

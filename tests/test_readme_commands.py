@@ -82,6 +82,21 @@ def test_the_readme_installs_what_the_tour_needs() -> None:
     assert "`calibrate` and `verify` also need torch" in tour_intro
 
 
+def test_the_tours_check_names_the_model_of_the_plan_it_checks() -> None:
+    """``placer check`` on the launch files gets the model the tour's plan was made for, so it
+    checks memory and divisibility instead of warning that the model is unknown."""
+    def flag(command: str, name: str) -> str:
+        words = command.split()
+        return words[words.index(name) + 1] if name in words else ""
+
+    plan = next(c for c in COMMANDS if "> plan.json" in c)
+    launch = next(c for c in COMMANDS if c.startswith("placer launch plan.json"))
+    check = next(c for c in COMMANDS if c.startswith("placer check "))
+    assert check.split()[2].startswith(flag(launch, "--out"))
+    assert flag(check, "--model") == flag(plan, "--model") != ""
+    assert flag(check, "--cluster") == flag(plan, "--cluster")
+
+
 @pytest.mark.parametrize("command", [
     pytest.param(c, marks=pytest.mark.serial) if any(f in c.split() for f in EMULATED) else c
     for c in COMMANDS])  # serial: calibrate times the emulated links (tests/conftest.py)
@@ -95,3 +110,5 @@ def test_readme_command_runs_as_written(command: str, tour_dir: Path) -> None:
                           capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr
+    if command.startswith("placer check "):  # a clean config: no finding, not even a warning
+        assert "0 error(s), 0 warning(s)" in done.stdout, done.stdout

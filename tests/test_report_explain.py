@@ -138,7 +138,7 @@ def test_default_tp_respects_the_nvlink_domain_and_the_heads() -> None:
 
 def test_variants_double_and_halve_the_batch_and_double_single_pool_clusters() -> None:
     labels = [label for label, _, _ in variants(CLUSTER, JOB)]
-    assert labels == ["twice the global batch (1024 sequences)",
+    assert labels == ["twice the global batch (1,024 sequences)",
                       "half the global batch (256 sequences)",
                       "twice the nodes (16 nodes, 128 GPUs)"]
     odd = Job(seq_len=8192, global_batch_size=511)

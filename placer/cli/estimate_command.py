@@ -82,8 +82,8 @@ def _print(est: Estimate, model: str, cluster: str, seq_len: int, batch: int,
            defaults: list[str]) -> None:
     console = Console(width=110)
     fits = "[green]fits[/]" if est.fits else "[red]does not fit[/]"
-    console.print(f"[bold]{model}[/] on {cluster} ({est.layout.num_gpus} GPUs), "
-                  f"{batch} x {seq_len} tokens per step: {est.layout.compact()} "
+    console.print(f"[bold]{model}[/] on {cluster} ({est.layout.num_gpus:,} GPUs), "
+                  f"{batch:,} x {seq_len:,} tokens per step: {est.layout.compact()} "
                   f"(order {'-'.join(est.mesh_order)})")
     console.print(f"step {est.step_time_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, "
                   f"{est.tflops_per_gpu:.0f} model TFLOP/s per GPU (MFU {est.mfu:.1%}, "

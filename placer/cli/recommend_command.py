@@ -185,12 +185,16 @@ def recommend_in_steps(args: RecommendArgs, progress_enabled: bool = False,
 
 
 def _with_progress(variants: Iterator[WhatIf], count: int, enabled: bool) -> Iterator[WhatIf]:
-    """The what-ifs, each solved under its own progress line (shown only if it takes long)."""
-    from placer.report.progress import delayed_spinner
+    """The what-ifs, each solved under its own progress line: none while they are quick, and
+    once one has shown (it took long), every later one at once, so the count runs unbroken
+    ("1 of 3", "2 of 3", "3 of 3", not "1 of 3", "3 of 3" where the second was quick)."""
+    from placer.report import progress
 
+    shown: list[bool] = []
     for index in range(1, count + 1):
-        with delayed_spinner(f"checking what would change the answer ({index} of {count})",
-                             enabled=enabled):
+        with progress.delayed_spinner(
+                f"checking what would change the answer ({index} of {count})", enabled=enabled,
+                delay_s=0.0 if shown else progress.DELAY_S, on_show=lambda: shown.append(True)):
             what = next(variants, None)
         if what is None:
             return

@@ -22,14 +22,16 @@ PREFIX = "placer: "
 
 @contextmanager
 def delayed_spinner(message: str, *, enabled: bool = True, delay_s: float = DELAY_S,
-                    console: Console | None = None) -> Iterator[Callable[[str], None]]:
-    """Yield a function that updates the message; progress shows after ``delay_s``."""
+                    console: Console | None = None,
+                    on_show: Callable[[], None] | None = None) -> Iterator[Callable[[str], None]]:
+    """Yield a function that updates the message; progress shows after ``delay_s`` (at once,
+    before the work starts, for ``delay_s <= 0``), and then calls ``on_show``."""
     console = console or Console(stderr=True)
     if not enabled:
         yield lambda _text: None
         return
     if not console.is_terminal:
-        with _plain_lines(message, delay_s, console.file) as update:
+        with _plain_lines(message, delay_s, console.file, on_show) as update:
             yield update
         return
     status = console.status(message)
@@ -41,17 +43,18 @@ def delayed_spinner(message: str, *, enabled: bool = True, delay_s: float = DELA
             if not state["done"]:
                 status.start()
                 state["started"] = True
+                if on_show is not None:
+                    on_show()
 
     def update(text: str) -> None:
         status.update(text)
 
-    timer = threading.Timer(delay_s, start)
-    timer.daemon = True
-    timer.start()
+    timer = _after(delay_s, start)
     try:
         yield update
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
         with lock:
             state["done"] = True
             if state["started"]:
@@ -59,7 +62,8 @@ def delayed_spinner(message: str, *, enabled: bool = True, delay_s: float = DELA
 
 
 @contextmanager
-def _plain_lines(message: str, delay_s: float, stream: TextIO) -> Iterator[Callable[[str], None]]:
+def _plain_lines(message: str, delay_s: float, stream: TextIO,
+                 on_show: Callable[[], None] | None = None) -> Iterator[Callable[[str], None]]:
     """One ``placer: <message> ...`` line once the work has run ``delay_s``; after that, one
     line per update. Updates before the delay only replace the message (quick steps are not
     worth a line)."""
@@ -75,6 +79,8 @@ def _plain_lines(message: str, delay_s: float, stream: TextIO) -> Iterator[Calla
             if not state["done"]:
                 state["late"] = True
                 write(str(state["message"]))
+                if on_show is not None:
+                    on_show()
 
     def update(text: str) -> None:
         with lock:
@@ -82,12 +88,22 @@ def _plain_lines(message: str, delay_s: float, stream: TextIO) -> Iterator[Calla
             if state["late"] and not state["done"]:
                 write(text)
 
-    timer = threading.Timer(delay_s, late)
-    timer.daemon = True
-    timer.start()
+    timer = _after(delay_s, late)
     try:
         yield update
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
         with lock:
             state["done"] = True
+
+
+def _after(delay_s: float, show: Callable[[], None]) -> threading.Timer | None:
+    """``show`` after ``delay_s`` on a timer thread; now, and no timer, for ``delay_s <= 0``."""
+    if delay_s <= 0:
+        show()
+        return None
+    timer = threading.Timer(delay_s, show)
+    timer.daemon = True
+    timer.start()
+    return timer

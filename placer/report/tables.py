@@ -31,7 +31,7 @@ def cluster_text(cluster: Cluster) -> str:
     gpus = sorted({cluster.node_type_named(p.node_type).gpu.name for p in cluster.pools})
     excluded = len(cluster.excluded_gpus)
     health = f", {excluded} excluded" if excluded else ""
-    return f"{pools} ({cluster.num_gpus} usable GPUs{health}: {', '.join(gpus)})"
+    return f"{pools} ({cluster.num_gpus:,} usable GPUs{health}: {', '.join(gpus)})"
 
 
 def header_rows(plan: Plan) -> list[tuple[str, str]]:
@@ -41,7 +41,7 @@ def header_rows(plan: Plan) -> list[tuple[str, str]]:
     rows = [
         ("model", plan.model.name),
         ("cluster", cluster_text(plan.cluster)),
-        ("job", f"seq_len {job.seq_len}, global batch {job.global_batch_size} sequences "
+        ("job", f"seq_len {job.seq_len:,}, global batch {job.global_batch_size:,} sequences "
                 f"({count(tokens)} tokens/step), {job.precision}"),
     ]
     if job.constraints:

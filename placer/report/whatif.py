@@ -66,11 +66,11 @@ def variants(cluster: Cluster, job: Job) -> list[Variant]:
     for word, batch in batches:
         variant = _with_batch(job, batch)
         if variant is not None:
-            out.append((f"{word} the global batch ({batch} sequences)", cluster, variant))
+            out.append((f"{word} the global batch ({batch:,} sequences)", cluster, variant))
     if cluster.is_regular and 2 * cluster.num_gpus <= MAX_GPUS_FOR_MORE_NODES:
         bigger = cluster.with_nodes(2 * cluster.num_nodes)
-        out.append((f"twice the nodes ({bigger.num_nodes} nodes, {bigger.num_gpus} GPUs)", bigger,
-                    job))
+        out.append((f"twice the nodes ({bigger.num_nodes:,} nodes, {bigger.num_gpus:,} GPUs)",
+                    bigger, job))
     return out
 
 
