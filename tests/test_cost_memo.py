@@ -145,6 +145,40 @@ def test_cached_floors_equal_fresh_ones(model_name: str) -> None:
     assert fresh[LAYOUTS[0], 64] != fresh[LAYOUTS[0], 128]  # the batch does enter the floor
 
 
+def test_stage_compute_reads_no_data_parallel_field() -> None:
+    """``compute_floor`` caches its stages' compute without the layout's data-parallel fields
+    (memo.DP_FIELDS), so twice the nodes finds the main search's: layouts that differ only
+    there get the same stages computed afresh, and their floors after the cache was filled by
+    the others are those computed with every cache empty (the micro-batch count, which the data
+    parallelism sets, is applied outside the cache)."""
+    from placer.cost.bound import _stage_times
+    from placer.cost.memo import DP_FIELDS
+
+    cluster = cluster_preset("dgx-h100").with_nodes(8)
+    calib = calibration_for(cluster, None)
+    job = Job(seq_len=4096, global_batch_size=256)
+    options = job_options(job)
+    for model in (model_preset("llama3-70b"), model_preset("deepseek-v3")):
+        for base in LAYOUTS:
+            others = [other for other in (
+                *_variants(base), base.model_copy(update={"dp": 4 * base.dp, "dp_shard": base.dp}),
+                base.model_copy(update={"zero_stage": 3, "reshard_after_forward": False}))
+                if any(getattr(other, f) != getattr(base, f) for f in DP_FIELDS)]
+            expected = _stage_times(model, job, base, calib, options)
+            fresh = {}
+            for other in others:
+                assert _stage_times(model, job, other, calib, options) == expected
+                clear_caches()
+                floor = compute_floor(model, job, other, calib, options)
+                fresh[other] = (floor.work_s, floor.bubble_s)
+            clear_caches()
+            compute_floor(model, job, base, calib, options)
+            for other in others:
+                floor = compute_floor(model, job, other, calib, options)
+                assert (floor.work_s, floor.bubble_s) == fresh[other], other.compact()
+            assert len(set(fresh.values())) > 1  # the data parallelism does enter the floor
+
+
 def test_a_memory_check_and_an_estimate_of_one_layout_share_the_memory() -> None:
     """memory_estimate without options resolves the job's own before keying its cache, so the
     estimate (which passes them resolved) finds the search's memory check of the layout."""

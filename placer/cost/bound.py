@@ -44,7 +44,15 @@ from placer.cost.compute import (
     tokens_per_gpu,
 )
 from placer.cost.groups import group_links
-from placer.cost.memo import BATCH_FIELDS, cached, constants_key, layout_fields, new_cache, text_key
+from placer.cost.memo import (
+    BATCH_FIELDS,
+    DP_FIELDS,
+    cached,
+    constants_key,
+    layout_fields,
+    new_cache,
+    text_key,
+)
 from placer.cost.options import CostOptions
 from placer.cost.params import StageShape, num_moe_layers, stage_shapes
 from placer.cost.pipeline import bubble_s
@@ -86,16 +94,19 @@ _EXPOSED: dict[tuple[object, ...], tuple[float, ...]] = new_cache()
 
 
 def _batch_free_key(model: Model, job: Job, layout: Layout, calib: Calibration,
-                    options: CostOptions) -> tuple[object, ...] | None:
+                    options: CostOptions, exclude: tuple[str, ...] = ()
+                    ) -> tuple[object, ...] | None:
     """The cache key of a floor's per-micro-batch parts, which never read the global batch (only
     ``_floor``'s ``m`` does): a what-if at half or twice the batch, forked after the main search,
-    finds its tuples' floors there. None for constants not from ``calibration_for`` (a fit's
-    tuned copy), which are costed afresh."""
+    finds its tuples' floors there; without the layout's fields in ``exclude`` (the stages'
+    compute reads no data-parallel field, memo.DP_FIELDS: twice the nodes finds its tuples'
+    stages too). None for constants not from ``calibration_for`` (a fit's tuned copy), which
+    are costed afresh."""
     constants = constants_key(calib)
     if constants is None:
         return None
-    return (text_key(model), text_key(job, BATCH_FIELDS), layout_fields(layout), constants,
-            options)
+    return (text_key(model), text_key(job, BATCH_FIELDS), layout_fields(layout, exclude),
+            constants, options)
 
 
 def compute_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
@@ -103,9 +114,9 @@ def compute_floor(model: Model, job: Job, layout: Layout, calib: Calibration,
     """The compute floor of ``layout`` at any placement (``estimate_with``'s composition of a
     stage's compute; its communication and offload stall left out), with the hardware constants
     (``profile.calibration_for``) and runtime settings (``stack_options.job_options``) that
-    ``estimate`` resolves. Each stage's pass times are cached without the global batch
-    (``_batch_free_key``)."""
-    key = _batch_free_key(model, job, layout, calib, options)
+    ``estimate`` resolves. Each stage's pass times are cached without the global batch and
+    the data-parallel fields (``_batch_free_key``)."""
+    key = _batch_free_key(model, job, layout, calib, options, DP_FIELDS)
     if key is None:
         stages, attention_s = _stage_times(model, job, layout, calib, options)
     else:
