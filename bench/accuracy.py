@@ -149,7 +149,7 @@ def _jean_zay(nodes: int) -> Cluster:
 # 8.2 % and sweeps ordered right 91 -> 88 % after the refit, so the fit stays. Placer's rings
 # spread a node's traffic over all its NICs, which NCCL did not do there (the benchmark itself is
 # priced 4.7x too fast), so the measurement and the model disagree on which layouts it favours.
-JEAN_ZAY_NETWORK_BUSBW = 1.31e+09
+JEAN_ZAY_NETWORK_BUSBW = 1.35e+09
 JEAN_ZAY_NETWORK_LATENCY_S = 8e-6
 
 

@@ -44,7 +44,7 @@ NETWORK_EFFICIENCY = 47.0 / 50.0
 #   microbenchmark (MAMF_EFFICIENCY below; gemm_for puts each GPU's own there), not fitted.
 # half_efficiency_flops: a GEMM of this many FLOPs at the ceiling rate lasts as long as the fixed
 #   time per GEMM kernel that compute.gemm_times adds to every GEMM. Fitted to training steps it
-#   is ~58 us (H100), ~35 us (B200), ~42 us (A100), 6-12x a lone kernel's measured 5-6 us
+#   is ~56 us (H100), ~37 us (B200), ~36 us (A100), 6-12x a lone kernel's measured 5-6 us
 #   (tests/test_gemm_microbenchmark.py, docs/sources.md 12): it also carries per-kernel costs
 #   of a step that are not priced kernel by kernel (most of all the MoE rows' per-expert GEMMs).
 # attention_efficiency: fused attention kernels, fraction of the BF16 peak.
@@ -82,11 +82,11 @@ GEMM_BY_FAMILY: dict[str, GemmProfile] = _related({
     # B200 holds GB200's rows too (CONSTANT_FAMILY); H100 holds H200's. attention_efficiency is
     # cuDNN's / FlashAttention-3's on Hopper and later (compute.FA2_RELATIVE_THROUGHPUT), and
     # FlashAttention-2's on A100 (H100's times ATTENTION_RELATIVE_TO's ratio).
-    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=9.43e+09),
-    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.83e+10,
+    "A100": GemmProfile(max_efficiency=271.2 / 312, half_efficiency_flops=8.20e+09),
+    "H100": GemmProfile(max_efficiency=794.5 / 989, half_efficiency_flops=3.71e+10,
                         attention_efficiency=0.385),
-    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=5.10e+10,
-                        attention_efficiency=0.297),
+    "B200": GemmProfile(max_efficiency=1745.0 / 2250, half_efficiency_flops=5.39e+10,
+                        attention_efficiency=0.313),
 })
 # Maximum achievable matmul FLOPS (MAMF) per GPU, as a fraction of the dense peak: the best mean
 # of 100 timed iterations over a brute-force search of BF16 / FP8 (e4m3) matmul shapes,
@@ -161,7 +161,7 @@ FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
 # Bytes of element-wise memory traffic (norms, activations, residuals, dropout, casts) per byte
 # of stored activation in the forward pass; backward moves twice that. Fitted by
 # bench/fit_compute.py jointly over all GPU families (HBM bandwidth scales it per GPU).
-ELEMENTWISE_TRAFFIC_FACTOR = 2.32
+ELEMENTWISE_TRAFFIC_FACTOR = 2.40
 # Fraction of communication that overlapping with compute actually hides: collectives and
 # compute share SMs and memory bandwidth, so overlapped traffic still costs (1 - this) of its
 # time. One figure per overlap mechanism, each fitted by bench/fit_compute.py jointly over all
@@ -173,12 +173,11 @@ ELEMENTWISE_TRAFFIC_FACTOR = 2.32
 # and reduce-scatters per micro-batch (FSDP, DeepSpeed ZeRO-3: LLMFOUNDRY_MPT, NARAYANAN21,
 # torchtitan, Llama 3 paper and NeMo AutoModel rows). All three, like every fitted constant in
 # this file, are the in-sample fold of bench/accuracy.py --loso-jobs 2 --loso-rounds 3
-# --loso-cycles 6 (2026-12-01 22:59-23:33 UTC, cost model and bench of 1af1cdd), which the same
-# run on 5fdd7a5 (2026-12-02 01:57-02:19, after the memory and data changes) reproduced exactly
-# (bench/results/accuracy-2026-12-02.txt).
-OVERLAP_EFFICIENCY = 0.479
+# --loso-cycles 6, last run 2026-12-02 13:51-14:05 UTC on the cost model and data of 682bc3c
+# (bench/results/accuracy-2026-12-02-stop20.txt).
+OVERLAP_EFFICIENCY = 0.482
 TP_OVERLAP_EFFICIENCY = 0.9
-ZERO_OVERLAP_EFFICIENCY = 0.555
+ZERO_OVERLAP_EFFICIENCY = 0.549
 # Time the MoE token dispatcher spends per routed token copy, per pass (forward or backward),
 # beyond the HBM passes compute.py counts. Fitted by bench/fit_compute.py over the calibration
 # set's MoE rows (two Megatron-Bridge publications on H100, B200 and GB200: Qwen3-30B-A3B and
@@ -201,9 +200,10 @@ MOE_DISPATCH_S_PER_ROUTED_TOKEN = 0.0
 # device-to-host sync per layer, moe/token_dispatcher.py; the reason for its
 # --moe-pad-expert-input-to-capacity option) and launches a train of small kernels. Fitted by
 # bench/fit_compute.py jointly with the per-copy time over the MoE rows, whose micro-batches
-# range from 1 to 4 sequences. The 2026-12-02 refit (stop 18) puts it at 6.7 us, a few of the
-# small kernels' launch times; earlier fits put it at 0.
-MOE_DISPATCH_S_PER_LAYER = 6.70e-06
+# range from 1 to 4 sequences. The stop-18 refit put it at 6.7 us, the stop-20 refit (after the
+# Llama-4-Scout rows' local batch was corrected to 1) at 16 us: a few of the small kernels'
+# launch times; earlier fits put it at 0.
+MOE_DISPATCH_S_PER_LAYER = 1.58e-05
 # Host (CPU) time to launch one MoE layer's kernels in the forward pass: a part per layer (router,
 # permutations, dispatcher) and a part per local expert (Transformer Engine's GroupedLinear issues a
 # cuBLAS GEMM, and under FP8 a quantize kernel, per expert for each of the two linears). The
@@ -222,7 +222,7 @@ MOE_HOST_S_PER_EXPERT = 0.0
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
-ATTENTION_HALF_KEYS = 138
+ATTENTION_HALF_KEYS = 122
 # Achievable fraction of HBM bandwidth for streaming kernels (the optimizer step). STREAM-like
 # copies reach ~85-90 % of the HBM spec on A100/H100 [unverified; no primary source found].
 HBM_EFFICIENCY = 0.85
