@@ -29,7 +29,15 @@ def test_emitted_files_pass_check(plan_path: str, tmp_path: Path,
     assert len(files) >= 8
     # the framework files name no cluster: --cluster is the plan's (no --nodes, --env, --model)
     report = check_paths(files, CheckOptions(cluster=plan.cluster))
-    assert report.problems == [] and report.exit_code == 0, (report.problems, report.findings)
+    assert report.problems == [], report.problems
+    # check prices torchtitan's files on the torchtitan stack (eager PyTorch modules, FSDP2): a
+    # plan searched on another stack's kernels need not fit there; no other error
+    errors = [f for f in report.findings if f.severity == "error"]
+    for error in errors:
+        assert (error.rule_id == "memory-over-capacity"
+                and Path(error.file).name.startswith("torchtitan")
+                and not (plan.job.stack or "").startswith("torchtitan")), error
+    assert report.exit_code == (1 if errors else 0)
     expected = plan.candidates[0].layout
     read = {Path(c.file).name for c in report.configs if c.layout}
     assert {"megatron_args.sh", "torchtitan.toml", "torchtitan_config.py"} <= read

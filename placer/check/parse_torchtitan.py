@@ -11,12 +11,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
+from placer.check.parsed import ParsedConfig, Recompute, Settings
 from placer.check.torchtitan_flavors import flavor_model
 from placer.dialects import torchtitan
+from placer.dialects.base import version_key
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.presets import model_names
+from placer.spec.stack import load_stack, stack_names
 
 TORCHTITAN_ORDER = torchtitan.ORDER.text
 _DEGREES = torchtitan.DEGREES
@@ -115,9 +117,6 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
         s.dp = replicate * shard
     s.zero_stage = fsdp_zero_stage(shard, s.cp)
     s.sequence_parallel = s.tp > 1 and bool(par.get("enable_sequence_parallel", True))
-    checkpoint = data.get("activation_checkpoint") or {}
-    mode = str(checkpoint.get("mode", "selective")).lower()
-    s.recompute = RECOMPUTE_MODES.get(mode, "selective")
     local = training.get("local_batch_size", training.get("batch_size"))
     if _positive(local):
         s.local_batch_size = local
@@ -133,6 +132,15 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
             "enable_float8_linear")):
         s.precision = "fp8"
     s.compile_components = _compiled(data, training, where, parsed)
+    checkpoint = data.get("activation_checkpoint") or {}
+    if not isinstance(checkpoint, dict):
+        raise PlacerError(f"{path}: [activation_checkpoint] must be a table")
+    for key, setting in (("mode", "recompute"), ("selective_ac_option", "recompute_every")):
+        if f"activation_checkpoint.{key}" in where:
+            parsed.lines[setting] = where[f"activation_checkpoint.{key}"]
+    read_recompute(s, parsed, checkpoint.get("mode", "selective"),
+                   checkpoint.get("selective_ac_option", DEFAULT_AC_OPTION))
+    s.stack = torchtitan_stack(parsed, python_config=False)
     parsed.settings = s
     seq_len = training.get("seq_len")
     parsed.seq_len = seq_len if _positive(seq_len) else None
@@ -190,6 +198,98 @@ def _compiled(data: dict[str, Any], training: dict[str, Any], where: dict[str, i
     parsed.notes.append("torch.compile: [training] compile of a 2024 file (degrees under "
                         "[training]): the blocks only, not yet the loss")
     return ("model",)
+
+
+DEFAULT_AC_OPTION = "2"
+"""``selective_ac_option`` when a file leaves it out: every second block (torchtitan@3227d50
+config_manager.py, default "2"; v0.1 @f7084fc and 0.2.2 @73a0e69 config/job_config.py
+ActivationCheckpoint, whose ``mode`` defaults to "selective")."""
+
+_AC_MODES: dict[str, Recompute] = {"none": "none", "full": "full"}
+
+
+def read_recompute(s: Settings, parsed: ParsedConfig, mode: object, option: object) -> None:
+    """torchtitan's activation checkpointing as torchtitan runs it, into ``s.recompute`` (and
+    ``s.recompute_every``): ``none``; ``full`` (each block recomputed whole); ``selective``
+    with ``selective_ac_option = "op"``: op-level selective checkpointing (placer's
+    ``recompute=op``: saves the matmul, attention and reduce-scatter outputs but every second
+    matmul's); ``selective`` with a number N: every Nth block of a rank checkpointed whole, the
+    others kept ("0" and "1": every block), counted over the blocks the rank builds
+    (torchtitan@3227d50 parallelize_llama.py checkpoint_wrapper, v0.1 @f7084fc and 0.2.2
+    distributed/activation_checkpoint.py _apply_ac_to_transformer_block / _apply_layer_sac:
+    ``not ac_freq or count % ac_freq == 0``); ``memory_budget`` (0.2; 0.3's MemoryBudgetAC):
+    torch.compile's partitioner picks what to save under a budget, priced as op-level SAC.
+    What torchtitan refuses at start is a framework-refuses finding."""
+    text = str(mode)
+    if text in _AC_MODES:
+        s.recompute = _AC_MODES[text]
+        return
+    if text == "memory_budget":
+        s.recompute = "op"
+        if "model" not in s.compile_components:
+            parsed.problems.append((
+                "framework-refuses", "recompute", "activation_checkpoint.mode = "
+                "'memory_budget' needs the model compiled (torchtitan: 'Memory budget mode "
+                "requires model to be compiled'): set [compile] enable = true with 'model' in "
+                "components, or use mode 'selective' or 'full'"))
+        parsed.notes.append("activation checkpointing: memory_budget, where torch.compile's "
+                            "partitioner picks what to save: memory priced as op-level "
+                            "selective checkpointing (recompute=op)")
+        return
+    if text != "selective":
+        s.recompute = "none"
+        parsed.problems.append((
+            "framework-refuses", "recompute", f"activation_checkpoint.mode = {mode!r}: "
+            "torchtitan accepts 'none', 'selective', 'full' or 'memory_budget' ('Invalid AC "
+            "mode'); checked without recomputation"))
+        return
+    if not isinstance(option, str):
+        # torchtitan compares it with "op" and then calls .isdigit() on it
+        parsed.problems.append((
+            "framework-refuses", "recompute_every", f"activation_checkpoint."
+            f"selective_ac_option = {option!r} is not a string: torchtitan stops on "
+            f"{type(option).__name__}.isdigit() (AttributeError); write it quoted, "
+            f"selective_ac_option = \"{option}\""))
+        option = str(option)
+    if option == "op":
+        s.recompute = "op"
+        return
+    if not option.isdigit():
+        s.recompute = "op"
+        parsed.problems.append((
+            "framework-refuses", "recompute_every", f"activation_checkpoint."
+            f"selective_ac_option = {option!r}: torchtitan takes 'op' or a whole number of "
+            "blocks ('Invalid selective AC option'); checked as 'op'"))
+        return
+    every = int(option)
+    s.recompute = "full"
+    if every > 1:
+        s.recompute_every = every
+    parsed.notes.append(
+        f"activation checkpointing: selective, selective_ac_option = '{option}': "
+        + ("every block recomputed whole (recompute=full)" if every <= 1 else
+           f"blocks {every}, {2 * every}, ... of each rank recomputed whole, the others kept"))
+
+
+def torchtitan_stack(parsed: ParsedConfig, python_config: bool) -> str:
+    """The torchtitan stack preset whose defaults (eager PyTorch modules, SDPA's flash
+    attention, FSDP2's fp32 master) price the config's memory: the newest preset of the
+    releases the file's format implies (TOML: up to 0.2, dialects.torchtitan.LAST_TOML; Python
+    configs: 0.3 and newer), else the newest torchtitan preset, said in a note."""
+    presets = sorted((n for n in stack_names() if n.partition("@")[0] == "torchtitan"),
+                     key=lambda n: version_key(n.partition("@")[2]))
+    last_toml = version_key(torchtitan.LAST_TOML)
+    fitting = [n for n in presets
+               if (version_key(n.partition("@")[2]) > last_toml) == python_config]
+    releases = ("Python configs, torchtitan 0.3 and newer" if python_config
+                else f"TOML configs, torchtitan up to {torchtitan.LAST_TOML}")
+    name = fitting[-1] if fitting else presets[-1]
+    kernels = ("fused kernels" if load_stack(name).defaults.fused_kernels
+               else "eager PyTorch modules")
+    why = (f"the torchtitan preset for {releases}" if fitting else
+           f"the newest torchtitan preset; placer has none for {releases}")
+    parsed.notes.append(f"stack {name} ({why}): memory priced with its {kernels}")
+    return name
 
 
 def fsdp_zero_stage(shard: int, cp: int) -> int:

@@ -19,17 +19,25 @@ from typing import Any
 
 from placer.check.parse_torchtitan import (
     COMPILE_COMPONENTS,
+    DEFAULT_AC_OPTION,
     TORCHTITAN_ORDER,
     fsdp_zero_stage,
     preset_for,
+    read_recompute,
+    torchtitan_stack,
 )
-from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
+from placer.check.parsed import ParsedConfig, Settings
 from placer.check.torchtitan_flavors import flavor_model
 from placer.dialects import torchtitan
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 
-_RECOMPUTE = {"FullAC": "full", "SelectiveAC": "selective"}
+# 0.3's activation_checkpoint classes (distributed/activation_checkpoint.py) as the TOML's
+# (mode, selective_ac_option): SelectiveAC is per-op SAC only, the Trainer.Config default
+_RECOMPUTE: dict[str, tuple[str, str]] = {"FullAC": ("full", DEFAULT_AC_OPTION),
+                                          "SelectiveAC": ("selective", "op"),
+                                          "MemoryBudgetAC": ("memory_budget", DEFAULT_AC_OPTION)}
+_DEFAULT_RECOMPUTE = _RECOMPUTE["SelectiveAC"]
 _MODEL_PACKAGE_RE = re.compile(r"torchtitan[./]models[./]([A-Za-z0-9_]+)[./]")
 
 
@@ -63,7 +71,7 @@ class _Reader(ast.NodeVisitor):
     def __init__(self) -> None:
         self.values: dict[str, tuple[str, Any, int]] = {}  # "section.key" -> (.., value, line)
         self.flavor: str | None = None
-        self.recompute: str | None = None
+        self.recompute: tuple[Any, Any] | None = None  # torchtitan's (mode, option)
         self.calls: set[str] = set()
         self.compile_locals: dict[str, ast.Call] = {}  # name = CompileConfig(...)
 
@@ -116,10 +124,22 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _recompute(node: ast.AST) -> str:
+def _recompute(node: ast.AST) -> tuple[Any, Any]:
+    """``activation_checkpoint=`` as torchtitan's (mode, selective_ac_option): None; a 0.3
+    class's ``Config()``; a config built with ``mode=`` / ``selective_ac_option=`` keywords
+    (the 0.2 fields, as some forks write them); any other call as SelectiveAC, 0.3's default
+    and the class to subclass for another save list."""
     if isinstance(node, ast.Constant) and node.value is None:
-        return "none"
-    return _RECOMPUTE.get(_call_name(node).split(".")[0], "selective")
+        return ("none", DEFAULT_AC_OPTION)
+    given = {k.arg: k.value for k in node.keywords if k.arg} if isinstance(
+        node, ast.Call) else {}
+    if "mode" in given:
+        mode = _literal(given["mode"])
+        option = _literal(given["selective_ac_option"]) if "selective_ac_option" in given \
+            else DEFAULT_AC_OPTION
+        return mode, option
+    name = _call_name(node).split(".")
+    return next((_RECOMPUTE[part] for part in name if part in _RECOMPUTE), _DEFAULT_RECOMPUTE)
 
 
 def parse_torchtitan_py(path: Path, text: str) -> list[ParsedConfig]:
@@ -218,7 +238,6 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
     s.zero_stage = fsdp_zero_stage(shard, s.cp)
     s.sequence_parallel = s.tp > 1 and values.get("parallelism.enable_sequence_parallel",
                                                   ("", True, 0))[1] is not False
-    s.recompute = RECOMPUTE_MODES.get(reader.recompute or "", "selective")
     local = values.get("training.local_batch_size", ("", None, 0))[1]
     if isinstance(local, int) and local > 0:
         s.local_batch_size = local
@@ -229,6 +248,14 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
     s.micro_batch_size = (micro if s.pp > 1 else local) if isinstance(
         micro if s.pp > 1 else local, int) else None
     s.compile_components = _compiled(values, parsed)
+    mode, option = reader.recompute or _DEFAULT_RECOMPUTE
+    unknown = next((v for v in (mode, option) if isinstance(v, _Unknown)), None)
+    if unknown is not None:
+        parsed.notes.append(f"activation checkpointing: {unknown.text} is not a literal: "
+                            "checked as SelectiveAC, op-level selective checkpointing")
+        mode, option = _DEFAULT_RECOMPUTE
+    read_recompute(s, parsed, mode, option)
+    s.stack = torchtitan_stack(parsed, python_config=True)
     parsed.settings = s
     seq = values.get("training.seq_len", values.get("training.max_context_length",
                                                      ("", None, 0)))[1]

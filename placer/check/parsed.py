@@ -18,7 +18,7 @@ from placer.spec.results import RankEntry
 
 ConfigKind = Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox",
                      "nemo", "plan", "layout", "other"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "op", "full"]
 # a framework's recompute setting, spelled as text, as the typed value
 RECOMPUTE_MODES: dict[str, Recompute] = {"none": "none", "selective": "selective",
                                          "full": "full"}
@@ -60,6 +60,10 @@ class Settings:
     stage_layers: tuple[int, ...] | None = None
     recompute_layers: int | None = None
     recompute_modules: tuple[str, ...] | None = None
+    recompute_every: int | None = None
+    """torchtitan's layer-level selective checkpointing (``selective_ac_option = "N"``, releases
+    up to 0.2): every Nth block of a rank recomputed whole, the others kept (recompute full);
+    the layers it makes per stage are known with the model (check.resolve)."""
     offload_layers: int = 0
     embedding_in_split: bool = False
     loss_in_split: bool = False
@@ -88,6 +92,10 @@ class Settings:
     """What the config torch.compiles, in torchtitan's names (``model``: each block, ``loss``);
     any: the checked job's runtime.torch_compile, priced per component (CostOptions.
     compiled_layers, compiled_loss)."""
+    stack: str | None = None
+    """The stack preset the config's framework runs (placer.spec.stack): its defaults price the
+    memory (eager modules or fused kernels, attention kernel, FSDP's master). None: placer's
+    generic defaults, Megatron's fused kernels."""
     expandable_segments: bool | None = False
     """The launch script's environment runs PyTorch's allocator with expandable segments
     (placer.spec.runtime.alloc_conf_expandable): no fragmentation allowance in its memory; None:
