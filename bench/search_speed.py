@@ -239,7 +239,7 @@ COMMANDS = {
     "deepseek": Command("DeepSeek-V3 from its HF config, 2,048 H100 (DGX H100 x 256)",
                         ("--model", "tests/data/hf/deepseek-v3", "--cluster", "dgx-h100",
                          "--nodes", "256"), 6.0),
-    "100k": Command("Llama 3.1 405B, 100,000 H100, batch 16,000 (no power of two divides it)",
+    "100k": Command("Llama 3.1 405B, 100,000 H100, batch 16,000 (no multiple of the GPUs)",
                     ("--model", "llama3-405b", "--cluster", "dgx-h100", "--nodes", "12500",
                      "--global-batch", "16000"), 20.0, 2.0),
 }
