@@ -116,6 +116,14 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     else:
         s.dp = replicate * shard
     s.zero_stage = fsdp_zero_stage(shard, s.cp)
+    # [parallelism] from torchtitan@785c34c (Mar 2025); [training] in the releases before it
+    for section in ("parallelism", "training"):
+        table = dict(tables)[section]
+        if RESHARD_KEY in table:
+            if f"{section}.{RESHARD_KEY}" in where:
+                parsed.lines["reshard_after_forward"] = where[f"{section}.{RESHARD_KEY}"]
+            read_reshard(s, parsed, table[RESHARD_KEY], section)
+            break
     s.sequence_parallel = s.tp > 1 and bool(par.get("enable_sequence_parallel", True))
     local = training.get("local_batch_size", training.get("batch_size"))
     if _positive(local):
@@ -290,6 +298,37 @@ def torchtitan_stack(parsed: ParsedConfig, python_config: bool) -> str:
            f"the newest torchtitan preset; placer has none for {releases}")
     parsed.notes.append(f"stack {name} ({why}): memory priced with its {kernels}")
     return name
+
+
+RESHARD_KEY = "fsdp_reshard_after_forward"
+RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
+"""torchtitan's ``fsdp_reshard_after_forward`` as Layout.reshard_after_forward. torchtitan
+resolves the policy once for every block and the embedding (0.2.2 @73a0e69
+models/llama3/infra/parallelize.py apply_fsdp, 0.3 distributed/fsdp.py
+get_fsdp_reshard_after_forward_policy): "always" True, "never" False, "default" ``not
+pp_enabled``, which is Layout's own default (None: on without pipelining, off under it). The
+``[norm, output]`` unit reshards only under "always" and the root ``fully_shard(model)`` holds
+no parameters of its own; those are the cost model's (memory._zero3_transient)."""
+
+
+def read_reshard(s: Settings, parsed: ParsedConfig, policy: object, section: str) -> None:
+    """``fsdp_reshard_after_forward`` into ``s.reshard_after_forward`` when torchtitan applies
+    FSDP (``s.zero_stage`` 3; without FSDP the policy is never read). Another value stops
+    torchtitan in apply_fsdp (``ValueError: Invalid reshard_after_forward_policy``): a
+    framework-refuses finding, checked as "default"."""
+    if s.zero_stage < 3:
+        return
+    if isinstance(policy, str) and policy in RESHARD_POLICIES:
+        s.reshard_after_forward = RESHARD_POLICIES[policy]
+        if policy != "default":
+            kept = "freed after each forward" if policy == "always" else (
+                "kept gathered from the forward through the backward")
+            parsed.notes.append(f"{section}.{RESHARD_KEY} = '{policy}': FSDP parameters {kept}")
+        return
+    parsed.problems.append((
+        "framework-refuses", "reshard_after_forward", f"{section}.{RESHARD_KEY} = {policy!r}: "
+        "torchtitan takes 'default', 'always' or 'never' ('Invalid "
+        "reshard_after_forward_policy'); checked as 'default'"))
 
 
 def fsdp_zero_stage(shard: int, cp: int) -> int:

@@ -20,10 +20,12 @@ from typing import Any
 from placer.check.parse_torchtitan import (
     COMPILE_COMPONENTS,
     DEFAULT_AC_OPTION,
+    RESHARD_KEY,
     TORCHTITAN_ORDER,
     fsdp_zero_stage,
     preset_for,
     read_recompute,
+    read_reshard,
     torchtitan_stack,
 )
 from placer.check.parsed import ParsedConfig, Settings
@@ -236,6 +238,14 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
         if f"parallelism.{key}" in values:
             parsed.lines.setdefault("dp", values[f"parallelism.{key}"][2])
     s.zero_stage = fsdp_zero_stage(shard, s.cp)
+    if f"parallelism.{RESHARD_KEY}" in values:
+        _, policy, line = values[f"parallelism.{RESHARD_KEY}"]
+        parsed.lines["reshard_after_forward"] = line
+        if isinstance(policy, _Unknown) and s.zero_stage >= 3:
+            parsed.notes.append(f"parallelism.{RESHARD_KEY} = {policy.text} is not a literal: "
+                                "checked as 'default'")
+        elif not isinstance(policy, _Unknown):
+            read_reshard(s, parsed, policy, "parallelism")
     s.sequence_parallel = s.tp > 1 and values.get("parallelism.enable_sequence_parallel",
                                                   ("", True, 0))[1] is not False
     local = values.get("training.local_batch_size", ("", None, 0))[1]

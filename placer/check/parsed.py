@@ -29,7 +29,7 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "
                "recompute", "sequence_parallel", "first_stage_layers", "last_stage_layers",
                "pp_layout", "stage_layers", "recompute_layers", "recompute_modules",
                "offload_layers",
-               "embedding_in_split", "loss_in_split")
+               "embedding_in_split", "loss_in_split", "reshard_after_forward")
 
 # unresolved keys that only decide the world size (checked without it: world-size-unknown)
 WORLD_KEYS = ("world", "nnodes", "nproc_per_node")
@@ -67,6 +67,10 @@ class Settings:
     offload_layers: int = 0
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    reshard_after_forward: bool | None = None
+    """ZeRO-3/FSDP frees gathered parameters after each forward (torchtitan's
+    fsdp_reshard_after_forward: "always" True, "never" False); None: the framework's default,
+    on without pipelining and off under it (Layout.reshards_after_forward)."""
     # what only check needs
     dp_replicate: int | None = None
     """torchtitan data_parallel_replicate_degree when dp_shard = -1 (dp then derived)."""
