@@ -189,3 +189,23 @@ def test_launch_then_check_round_trip(zero: int, tmp_path: Path,
     assert _peak_gib(report) == expected
     assert _peak_gib(py) == expected
     assert expected - round(_estimate_gib(LAYOUT, capsys, tmp_path), 1) > 12
+
+
+def test_layout_file_keeps_reshard(tmp_path: Path) -> None:
+    """A placer layout file's ``reshard=off`` reaches the check (before: dropped, priced on):
+    its peak is the cost model's for that layout (54.9 -> 70.1 GiB here)."""
+    from placer.check import CheckOptions, check_paths
+    from placer.cost import memory_estimate
+
+    text = ("layout: tp=1,pp=1,dp=8,mbs=1,zero=3,recompute=op,reshard=off\nmodel: llama3-8b\n"
+            "cluster: dgx-a100-40gb\nseq_len: 8192\nglobal_batch_size: 8\n")
+    path = tmp_path / "layout.yaml"
+    path.write_text(text)
+    assert read_config(path).settings.reshard_after_forward is False
+    report = check_paths([path], CheckOptions())
+    [found] = [f for f in report.findings if f.rule_id == "memory-over-capacity"]
+    layout = Layout.parse("tp=1,pp=1,dp=8,mbs=1,zero=3,recompute=op,reshard=off")
+    job = Job(seq_len=8192, global_batch_size=8, runtime={"expandable_segments": False})
+    memory = memory_estimate(model_preset("llama3-8b"), load_cluster("dgx-a100-40gb"), job,
+                             layout)
+    assert f"predicted peak {memory.total_bytes / GIB:.1f} GiB" in found.message
