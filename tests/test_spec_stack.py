@@ -152,6 +152,8 @@ def test_job_runtime_must_be_offered_by_its_stack(stack: str, runtime: dict[str,
     "tp=1,pp=4,dp=2,cp=1,vpp=2,mbs=1,zero=3,recompute=full,sp=off,schedule=zbv,stages=2/2/2/2/2/"
     "2/2/2,rlayers=1,shard=2,reshard=on",
     "tp=1,pp=1,dp=8,cp=1,vpp=1,mbs=2,zero=0,recompute=none,sp=off,offload=4",
+    # FSDP kept gathered after the forward (torchtitan's "never"): False is not the default (None)
+    "tp=1,pp=2,dp=4,cp=1,vpp=1,mbs=1,zero=3,recompute=none,sp=off,reshard=off",
 ])
 def test_new_layout_knobs_round_trip(text: str) -> None:
     layout = Layout.parse(text)

@@ -275,11 +275,12 @@ class Layout(Spec):
         return ",".join(parts)
 
     def _extra_knobs(self) -> list[str]:
-        """The knobs beyond the degrees, only when set (short forms of older layouts stay)."""
+        """The knobs beyond the degrees, only when they differ from the field's default (short
+        forms of older layouts stay; ``reshard=off`` is not a default, so it is kept)."""
         out = []
         for key, field in _EXTRA_KEYS:
             value = getattr(self, field)
-            if value is None or value is False or (field == "offload_layers" and value == 0):
+            if value is None or value == type(self).model_fields[field].default:
                 continue
             if isinstance(value, bool):
                 text = "on" if value else "off"
