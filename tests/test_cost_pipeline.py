@@ -236,11 +236,13 @@ def test_an_automatic_uneven_split_says_which_megatron_flags_run_it() -> None:
     assert split_notes(Layout.parse("pp=8,vpp=8,emb=on,loss=on"), 126) == []  # the layout says
 
 
-def _torch_interleaved_peak_chunks(p: int, v: int, m: int, rank: int) -> int:
+def _torch_interleaved_peak_chunks(p: int, v: int, m: int, rank: int,
+                                   chunks: tuple[int, ...] | None = None) -> int:
     """Most forward chunks rank ``rank`` holds before their backward in torch 2.13's
     ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py, the "flex_pp" form:
     N = m // max(1, m // p) contiguous micro-batches per local stage), read off the action list
-    the schedule itself builds for that rank."""
+    the schedule itself builds for that rank; with ``chunks`` (decoder layers per global stage
+    index), the most decoder layers it holds instead."""
     from types import SimpleNamespace
 
     from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
@@ -252,11 +254,12 @@ def _torch_interleaved_peak_chunks(p: int, v: int, m: int, rank: int) -> int:
     for action in ScheduleInterleaved1F1B._calculate_single_rank_operations(plan, rank):
         if action is None:
             continue
+        weight = 1 if chunks is None else chunks[action.stage_index]
         if action.computation_type == _ComputationType.FORWARD:
-            held += 1
+            held += weight
+            peak = max(peak, held)  # its backward comes later: held until then
         else:
-            peak = max(peak, held)  # the chunk whose backward runs still holds its activations
-            held -= 1
+            held -= weight
     return peak
 
 
@@ -269,3 +272,98 @@ def test_interleaved_in_flight_matches_torchs_flexible_schedule(p: int, v: int, 
     for rank in range(p):
         assert microbatches_in_flight(layout, rank, m) * v == _torch_interleaved_peak_chunks(
             p, v, m, rank), rank
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(16, 8, 24), (4, 2, 6), (4, 2, 10), (8, 4, 12),
+                                           (4, 3, 3)])
+def test_interleaved_in_flight_where_m_is_no_multiple_of_pp(p: int, v: int, m: int) -> None:
+    """m not a multiple of p: megatron-core's default N = p refuses it (a last group of fewer
+    than p), torch's flexible schedule runs N = m // max(1, m // p) and keeps more in flight."""
+    layout = Layout(tp=1, pp=p, dp=1, vpp=v, micro_batch_size=1)
+    for rank in range(p):
+        assert microbatches_in_flight(layout, rank, m) * v == _torch_interleaved_peak_chunks(
+            p, v, m, rank), rank
+
+
+def test_interleaved_in_flight_pp16_v8_24_microbatches_by_hand() -> None:
+    """PP 16, V 8, 24 micro-batches: torch's N = 24 // max(1, 24 // 16) = 24, so rank 0's
+    warm-up is 2 x 15 + 7 x 24 = 198 chunks, more than its 8 x 24 = 192: all of them are in
+    flight at once (N = p would say 2 x 15 + 7 x 16 + 1 = 143)."""
+    layout = Layout(tp=1, pp=16, dp=1, vpp=8, micro_batch_size=1)
+    assert microbatches_in_flight(layout, 0, 24) * 8 == 192
+
+
+def test_interleaved_in_flight_counts_the_405b_split_chunk_by_chunk() -> None:
+    """The Llama 3 paper's 405B split (126 layers over 16 ranks x 8 chunks, the first chunk the
+    embedding alone, the last the output layer and loss: emb=on,loss=on) counted by hand, and
+    on every rank against torch's schedule weighted by each chunk's layers.
+
+    Rank 0 (chunks 0, 16, ..., 112: 0, then 7 x 1 layer), 32 micro-batches, N = 16: its
+    2 x 15 + 7 x 16 = 142 warm-up forwards are 16 of the empty chunk, 16 of each layered one
+    and 14 more of the empty one; the backwards then start from its last chunk, so the peak
+    is 7 x 16 = 112 layer-micro-batches (even chunks would say 143 / 8 x 7 = 125.1). Rank 15
+    (chunks 15, ..., 127: 7 x 1 layer, then 0): 7 x 16 = 112 warm-up forwards of its layered
+    chunks, the empty chunk's 16 forwards and backwards leave 112, then the second group's
+    first forward (1 layer) comes before the backward it pairs with: 113 (even chunks: 98.9)."""
+    model = model_preset("llama3-405b")
+    layout = Layout.parse("pp=16,vpp=8,emb=on,loss=on,dp=1")
+    chunks = layout.pipeline_split(model.num_layers).chunks
+    assert chunks == (0,) + (1,) * 126 + (0,)
+    layers = {0: 7, 1: 8, 15: 7}
+    held = {r: microbatches_in_flight(layout, r, 32, chunks) * layers[r] for r in layers}
+    assert held == pytest.approx({0: 112, 1: 141, 15: 113})
+    for rank in range(16):
+        own = sum(chunks[rank::16])
+        assert microbatches_in_flight(layout, rank, 32, chunks) * own == pytest.approx(
+            _torch_interleaved_peak_chunks(16, 8, 32, rank, chunks)), rank
+
+
+@pytest.mark.parametrize(("p", "v"), [(4, 2), (4, 3), (8, 4), (3, 5)])
+def test_interleaved_in_flight_matches_torch_on_uneven_splits(p: int, v: int) -> None:
+    """Splits with empty and uneven chunks, m a multiple of p or torch's flexible case:
+    placer's chunk-by-chunk count equals torch's schedule's, and the saturated micro-batch count
+    the memory cache keys on holds what the real one holds."""
+    import random
+
+    from placer.cost.pipeline import saturated_microbatches
+
+    rng = random.Random(20)
+    layout = Layout(tp=1, pp=p, dp=1, vpp=v, micro_batch_size=1)
+    for m in range(1, 4 * p + 1):
+        if m % max(1, m // p):
+            continue  # torch refuses it (n_microbatches % num_rounds)
+        for _ in range(3):
+            chunks = tuple(rng.choice((0, 1, 2, 3)) for _ in range(p * v))
+            for rank in range(p):
+                own = chunks[rank::p]
+                held = microbatches_in_flight(layout, rank, m, chunks)
+                torch_peak = _torch_interleaved_peak_chunks(p, v, m, rank, chunks)
+                if len(set(own)) > 1:
+                    assert held * sum(own) == pytest.approx(torch_peak), (m, chunks, rank)
+                elif own[0]:
+                    assert held * v * own[0] == torch_peak, (m, chunks, rank)
+                assert microbatches_in_flight(
+                    layout, rank, saturated_microbatches(layout, m), chunks) == held
+
+
+def test_a_later_rank_of_the_same_shape_can_hold_more_and_is_priced() -> None:
+    """Llama-3-8B, PP 4 x V 2, stages 2/2/10/2/2/10/2/2, 8 micro-batches (N = 4): ranks 1 and 2
+    both hold 12 decoder layers and neither end, but rank 1's chunks are (2, 10) and rank 2's
+    (10, 2). By hand, rank 2: 2 x 1 + 4 = 6 warm-up forwards (4 of its 10-layer chunk, 2 of
+    the 2-layer one: 44), then each forward before its backward: +2 -2, +2 -2, +10 -2,
+    +10 -2, +10 -> 70 layer-micro-batches; rank 1: 8 warm-up forwards (4 x 2 + 4 x 10 = 48),
+    then +2 -> 50 and down (even chunks would say 54 and 42). Torch's schedule says the same,
+    and the memory estimate's worst stage is rank 2, which it would skip were same-shaped
+    stages taken as no worse than the first of them."""
+    from placer.cost.memory import memory_estimate
+
+    model = model_preset("llama3-8b")
+    layout = Layout.parse("pp=4,vpp=2,dp=1,stages=2/2/10/2/2/10/2/2")
+    chunks = layout.pipeline_split(model.num_layers).chunks
+    assert microbatches_in_flight(layout, 1, 8, chunks) * 12 == pytest.approx(50)
+    assert microbatches_in_flight(layout, 2, 8, chunks) * 12 == pytest.approx(70)
+    for rank in (1, 2):
+        assert microbatches_in_flight(layout, rank, 8, chunks) * 12 == pytest.approx(
+            _torch_interleaved_peak_chunks(4, 2, 8, rank, chunks))
+    job = Job(seq_len=8192, global_batch_size=8)
+    assert memory_estimate(model, cluster_preset("dgx-h100"), job, layout).worst_stage == 2

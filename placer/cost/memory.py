@@ -462,7 +462,8 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
                           * deepspeed_optimizer.FP16_STEP_BYTES_PER_PARAM)
 
     m = layout.num_microbatches(job.global_batch_size)
-    held = microbatches_in_flight(layout, shape.stage, m)
+    held = microbatches_in_flight(layout, shape.stage, m,
+                                  layout.pipeline_split(model.num_layers).chunks)
     activations, logits, moe_buffers = cached(
         _ACTIVATIONS, (acts, shape, held),
         lambda: _stage_activations(model, job, layout, shape, options, acts.parts, held))
@@ -760,13 +761,17 @@ def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
            options)
     acts = cached(_ACTIVATION_PARTS, key,
                   lambda: _Activations(key, _activation_parts(model, job, layout, options)))
-    seen: set[tuple[int, int, bool, bool]] = set()  # StageShape.kind
+    split = layout.pipeline_split(model.num_layers)
+    looped = layout.vpp > 1 and not split.v_shape  # in flight counted chunk by chunk
+    seen: set[tuple[tuple[int, int, bool, bool], tuple[int, ...]]] = set()  # StageShape.kind
     for shape in stage_shapes(model, layout):
-        # Stages of the same shape differ only in the micro-batches they hold, which never
-        # grow with the stage index: the earliest of each shape is its worst (O(shapes)).
-        if shape.kind in seen:
+        # Stages of the same shape (and, interleaved, the same layers per chunk) differ only
+        # in the micro-batches they hold, which never grow with the stage index: the earliest
+        # of each shape is its worst (O(shapes)).
+        kind = (shape.kind, split.chunks[shape.stage::layout.pp] if looped else ())
+        if kind in seen:
             continue
-        seen.add(shape.kind)
+        seen.add(kind)
         total, mem = _peak_moment(_stage_memory(model, job, layout, shape, options, acts),
                                   scale, options, layout)
         if best is None or total > best[0]:
