@@ -8,7 +8,7 @@ import click
 
 from placer.dialects import TARGETS, resolve_versions
 from placer.errors import PlacerError
-from placer.launch import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT, launch_bundle, write_files
+from placer.launch import DEFAULT_MASTER_PORT, DEFAULT_SCRIPT, render_bundle, write_files
 from placer.spec import Plan
 from placer.spec.presets import read_document, validated
 
@@ -42,17 +42,19 @@ def launch_command(plan_path: Path, out_dir: Path, candidate: int, script: str,
     """Write rankmap.json, placer_mesh.py, env.sh, launch.sh, job.sbatch, pytorchjob.yaml and
     Megatron/torchtitan/DeepSpeed configs for one candidate of PLAN.json."""
     plan = load_plan(plan_path)
-    files, refused = launch_bundle(plan, candidate, script=script, master_port=master_port,
-                                   debug=debug, framework_versions=framework_versions)
-    written = write_files(out_dir, files, force=force)
+    made = render_bundle(plan, candidate, script=script, master_port=master_port,
+                         debug=debug, framework_versions=framework_versions)
+    written = write_files(out_dir, made.files, force=force)
     versions = resolve_versions(framework_versions)
     click.echo(f"wrote {len(written)} files to {out_dir} (framework versions: "
                + ", ".join(f"{name} {series}" for name, series in versions.items())
                + "; --framework-version TARGET=VERSION picks others):")
     for path in written:
         click.echo(f"  {path.name}")
-    for refusal in refused:
+    for refusal in made.refused:
         click.echo(f"warning: {refusal.line()}", err=True)
+    for line in made.warnings():
+        click.echo(f"warning: {line}", err=True)
 
 
 COMMANDS = [launch_command]

@@ -11,7 +11,8 @@ import importlib
 from typing import Any
 
 __all__ = [
-    "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "PlacedCandidate", "launch_bundle", "launch_files",
+    "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "LaunchBundle", "PlacedCandidate", "StackPrice",
+    "launch_bundle", "render_bundle", "launch_files",
     "placement_of", "require_nccl_gpus", "write_files",
     "placer_mesh_source", "rankmap_document", "write_launch_files",
 ]

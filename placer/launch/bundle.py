@@ -5,6 +5,7 @@ all-or-nothing (``placer.launch`` re-exports these names)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from placer.errors import InputError
 from placer.io import OutputFile, write_files
 from placer.launch.env import render_env_sh
 from placer.launch.frameworks import framework_files
+from placer.launch.priced import StackPrice
 from placer.launch.rankmap import PlacedCandidate, placement_of, rankmap_document
 from placer.launch.readme import render_readme
 from placer.launch.scripts import (
@@ -26,7 +28,8 @@ from placer.launch.shell import checked
 from placer.spec import Cluster, Plan
 
 __all__ = [
-    "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "PlacedCandidate", "launch_bundle", "launch_files",
+    "DEFAULT_MASTER_PORT", "DEFAULT_SCRIPT", "LaunchBundle", "PlacedCandidate", "StackPrice",
+    "launch_bundle", "render_bundle", "launch_files",
     "placement_of", "require_nccl_gpus", "write_files",
     "placer_mesh_source", "rankmap_document", "write_launch_files",
 ]
@@ -49,10 +52,24 @@ def placer_mesh_source() -> str:
         encoding="utf-8")
 
 
-def launch_bundle(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT_SCRIPT,
-                  master_port: int = DEFAULT_MASTER_PORT, debug: bool = False,
-                  framework_versions: tuple[str, ...] = ()
-                  ) -> tuple[list[OutputFile], list[Refusal]]:
+@dataclass(frozen=True)
+class LaunchBundle:
+    """Every launch file of one candidate, the framework files left out (with why), and the
+    written framework files priced on their own framework's stack (``priced``) where the plan
+    was searched on another's."""
+
+    files: list[OutputFile]
+    refused: list[Refusal]
+    prices: list[StackPrice]
+
+    def warnings(self) -> list[str]:
+        """One line per framework file whose layout does not fit its framework's stack."""
+        return [price.warning() for price in self.prices if price.fits is False]
+
+
+def render_bundle(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT_SCRIPT,
+           master_port: int = DEFAULT_MASTER_PORT, debug: bool = False,
+           framework_versions: tuple[str, ...] = ()) -> LaunchBundle:
     """Render every launch file in memory (validation errors surface before anything is written).
 
     ``framework_versions`` are ``TARGET=VERSION`` choices (defaults: each dialect's
@@ -66,14 +83,14 @@ def launch_bundle(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT
     require_nccl_gpus(plan.cluster)
     versions = resolve_versions(framework_versions)
     placement = placement_of(plan, candidate_index)
-    frameworks, refused = framework_files(placement, versions)
+    frameworks, refused, prices = framework_files(placement, versions)
     named = {pair.partition("=")[0].strip().lower() for pair in framework_versions}
     for refusal in refused:
         name = refusal.target.name
         if name in named:
             raise InputError("--framework-version", f"{name}={versions[name]}", refusal.line())
     rankmap = json.dumps(rankmap_document(placement), indent=1) + "\n"
-    return [
+    return LaunchBundle([
         OutputFile("rankmap.json", rankmap),
         OutputFile("placer_mesh.py", placer_mesh_source()),
         OutputFile("env.sh", render_env_sh(placement, debug=debug)),
@@ -82,8 +99,18 @@ def launch_bundle(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT
         OutputFile("pytorchjob.yaml", render_pytorchjob(placement, master_port)),
         *frameworks,
         OutputFile("README.md", render_readme(placement, script, debug, versions,
-                                              [f.name for f in frameworks], refused)),
-    ], refused
+                                              [f.name for f in frameworks], refused, prices)),
+    ], refused, prices)
+
+
+def launch_bundle(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT_SCRIPT,
+                  master_port: int = DEFAULT_MASTER_PORT, debug: bool = False,
+                  framework_versions: tuple[str, ...] = ()
+                  ) -> tuple[list[OutputFile], list[Refusal]]:
+    """The files and refusals of ``render_bundle``."""
+    made = render_bundle(plan, candidate_index, script=script, master_port=master_port,
+                         debug=debug, framework_versions=framework_versions)
+    return made.files, made.refused
 
 
 def launch_files(plan: Plan, candidate_index: int = 0, *, script: str = DEFAULT_SCRIPT,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from placer.dialects import Refusal, deepspeed, megatron, megatron_bridge, torchtitan
 from placer.io import OutputFile
+from placer.launch.priced import StackPrice, off_stack_price
 from placer.launch.rankmap import PlacedCandidate
 from placer.launch.shell import comment_block, quote
 
@@ -22,8 +23,14 @@ def world_line(placement: PlacedCandidate) -> list[str]:
     return [f"placer-world: nodes={len(placement.nodes)} gpus_per_node={per_node.pop()}"]
 
 
-def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGET.default) -> str:
-    """A bash array of Megatron flags to source and splice into the training command."""
+def _priced(price: StackPrice | None) -> list[str]:
+    return [] if price is None else price.lines()
+
+
+def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGET.default,
+                       price: StackPrice | None = None) -> str:
+    """A bash array of Megatron flags to source and splice into the training command;
+    ``price``: its layout on Megatron's stack when the plan was searched on another."""
     fit = megatron.fit(placement)
     layout = placement.layout
     notes = [
@@ -58,7 +65,7 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
                      f"--ckpt-format {megatron.FSDP_CKPT_FORMAT}, and needs "
                      "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (env.sh leaves it unset).")
     runtime, runtime_notes = megatron.runtime_settings(placement)
-    notes += runtime_notes
+    notes += runtime_notes + _priced(price)
     lines = ["# shellcheck shell=bash", *comment_block(notes),
              *(f"# {line}" for line in world_line(placement)),
              "# shellcheck disable=SC2034  # read by the script that sources this file",
@@ -70,7 +77,8 @@ def render_megatron_sh(placement: PlacedCandidate, version: str = megatron.TARGE
 
 
 def render_bridge_yaml(placement: PlacedCandidate,
-                       version: str = megatron_bridge.TARGET.default) -> str:
+                       version: str = megatron_bridge.TARGET.default,
+                       price: StackPrice | None = None) -> str:
     """Megatron-Bridge overrides, merged into a recipe's ConfigContainer."""
     notes = [
         f"Megatron-Bridge {version}.x overrides for job {placement.plan.job.name}, layout "
@@ -83,12 +91,13 @@ def render_bridge_yaml(placement: PlacedCandidate,
     if uneven:
         notes.append(uneven)
     runtime, runtime_notes = megatron.runtime_settings(placement)
-    notes += runtime_notes + megatron_bridge.recipe_notes(runtime)
+    notes += runtime_notes + megatron_bridge.recipe_notes(runtime) + _priced(price)
     return megatron_bridge.render_yaml(megatron_bridge.overrides(placement, runtime), [
         line.removeprefix("# ").removeprefix("#") for line in comment_block(notes)])
 
 
-def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool) -> list[str]:
+def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool,
+                      price: StackPrice | None = None) -> list[str]:
     layout = placement.layout
     fit = torchtitan.fit(placement)
     if python:
@@ -113,53 +122,70 @@ def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool) ->
                      "decoder (tok_embeddings, layers.<i>, norm, output head).")
     if layout.tp > 1 and not layout.sequence_parallel:
         notes.append("The plan has sequence parallelism off, but torchtitan applies it with TP.")
-    return notes
+    return notes + _priced(price)
 
 
-def render_torchtitan_toml(placement: PlacedCandidate, version: str = torchtitan.LAST_TOML) -> str:
-    notes = comment_block(_torchtitan_notes(placement, version, python=False))
+def render_torchtitan_toml(placement: PlacedCandidate, version: str = torchtitan.LAST_TOML,
+                           price: StackPrice | None = None) -> str:
+    notes = comment_block(_torchtitan_notes(placement, version, python=False, price=price))
     return torchtitan.render_toml(placement, version,
                                   [line.removeprefix("# ").removeprefix("#") for line in notes])
 
 
 def render_torchtitan_py(placement: PlacedCandidate,
-                         version: str = torchtitan.TARGET.default) -> str:
-    notes = comment_block(_torchtitan_notes(placement, version, python=True))
+                         version: str = torchtitan.TARGET.default,
+                         price: StackPrice | None = None) -> str:
+    notes = comment_block(_torchtitan_notes(placement, version, python=True, price=price))
     return torchtitan.render_python(placement, version,
                                     [line.removeprefix("# ").removeprefix("#") for line in notes],
                                     tuple(world_line(placement)))
 
 
 def framework_files(placement: PlacedCandidate, versions: dict[str, str]
-                    ) -> tuple[list[OutputFile], list[Refusal]]:
-    """The framework files the chosen versions accept, and the ones they refuse (with why)."""
+                    ) -> tuple[list[OutputFile], list[Refusal], list[StackPrice]]:
+    """The framework files the chosen versions accept, the ones they refuse (with why), and
+    the written files' layouts priced on their own framework's stack where the plan was
+    searched on another's (``priced.off_stack_price``; deepspeed.json, JSON without comments,
+    has its note in the README only)."""
     files: list[OutputFile] = []
     refused: list[Refusal] = []
+    prices: list[StackPrice] = []
+
+    def price(file: str, version: str) -> StackPrice | None:
+        found = off_stack_price(placement, file, version)
+        if found is not None:
+            prices.append(found)
+        return found
+
     mv = versions["megatron"]
     no = megatron.refusals(placement, mv)
     refused += no
     if not no:
-        files.append(OutputFile(megatron.FILE, render_megatron_sh(placement, mv)))
+        files.append(OutputFile(megatron.FILE, render_megatron_sh(
+            placement, mv, price(megatron.FILE, mv))))
     bv = versions["megatron-bridge"]
     no = megatron_bridge.refusals(placement, bv)
     refused += no
     if not no:
-        files.append(OutputFile(megatron_bridge.FILE, render_bridge_yaml(placement, bv)))
+        files.append(OutputFile(megatron_bridge.FILE, render_bridge_yaml(
+            placement, bv, price(megatron_bridge.FILE, bv))))
     tv = versions["torchtitan"]
     toml_version = torchtitan.toml_series(tv)
     no = torchtitan.refusals(placement, toml_version, torchtitan.TOML_FILE)
     refused += no
     if not no:
-        files.append(OutputFile(torchtitan.TOML_FILE,
-                                render_torchtitan_toml(placement, toml_version)))
+        files.append(OutputFile(torchtitan.TOML_FILE, render_torchtitan_toml(
+            placement, toml_version, price(torchtitan.TOML_FILE, toml_version))))
     if torchtitan.writes_python(tv):
         no = torchtitan.refusals(placement, tv, torchtitan.PY_FILE)
         refused += no
         if not no:
-            files.append(OutputFile(torchtitan.PY_FILE, render_torchtitan_py(placement, tv)))
+            files.append(OutputFile(torchtitan.PY_FILE, render_torchtitan_py(
+                placement, tv, price(torchtitan.PY_FILE, tv))))
     dv = versions["deepspeed"]
     no = deepspeed.refusals(placement, dv)
     refused += no
     if not no:
+        price(deepspeed.FILE, dv)
         files.append(OutputFile(deepspeed.FILE, deepspeed.render_json(placement)))
-    return files, refused
+    return files, refused, prices

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placer.dialects import TARGETS, Refusal, deepspeed, megatron, megatron_bridge, torchtitan
+from placer.launch.priced import StackPrice
 from placer.launch.rankmap import PlacedCandidate
 from placer.launch.scripts import placement_comment
 
@@ -20,7 +21,8 @@ _FRAMEWORK_ROWS = {
 
 def render_readme(placement: PlacedCandidate, script: str, debug: bool,
                   versions: dict[str, str] | None = None, written: list[str] | None = None,
-                  refused: list[Refusal] | None = None) -> str:
+                  refused: list[Refusal] | None = None,
+                  prices: list[StackPrice] | None = None) -> str:
     versions = versions or {name: t.default for name, t in TARGETS.items()}
     written = list(_FRAMEWORK_ROWS) if written is None else written
     plan, layout = placement.plan, placement.layout
@@ -64,6 +66,7 @@ def render_readme(placement: PlacedCandidate, script: str, debug: bool,
         f"- torchtitan: {torchtitan.fit(placement).explanation}",
         *(f"- DeepSpeed: {note}" for note in deepspeed.notes(placement)),
         *(f"- {refusal.line()}" for refusal in refused or []),
+        *(f"- `{price.file}`: " + " ".join(price.lines()) for price in prices or []),
         "",
     ]
     return "\n".join(lines)
