@@ -166,3 +166,24 @@ def test_stack_for_version() -> None:
         "torchtitan@0.2", "placer has no torchtitan 0.3 preset; its newest before it")
     assert stack_for("deepspeed", "0.19") == ("deepspeed@0.19", "")
     assert stack_for("megatron-bridge", "0.3") is None
+
+
+def test_the_fix_command_gives_a_plan_torchtitan_fits(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The note's command, run as written (with --json), searches on torchtitan@0.2: its
+    launch has torchtitan files with no note and no warning."""
+    out = tmp_path / "launch"
+    assert cli(["launch", str(EXAMPLE), "--out", str(out)], capsys)[0] == 0
+    note = _unwrapped((out / "torchtitan_config.py").read_text())
+    command = note.split("`placer ")[1].split("`")[0].split()
+    assert command[0] == "recommend-layout" and command[-2:] == ["--stack", "torchtitan@0.2"]
+    code, text, err = cli([*command, "--no-what-if", "--json"], capsys)
+    assert code == 0, err
+    (tmp_path / "plan.json").write_text(text)
+    code, _, err = cli(["launch", str(tmp_path / "plan.json"), "--out", str(tmp_path / "t")],
+                       capsys)
+    assert code == 0 and "does not fit" not in err, err
+    for name in ("torchtitan.toml", "torchtitan_config.py"):
+        assert "Priced for" not in (tmp_path / "t" / name).read_text()
+    assert "Priced for Megatron-LM 0.16" in _unwrapped((tmp_path / "t" / "megatron_args.sh")
+                                                       .read_text())
