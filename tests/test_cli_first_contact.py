@@ -61,10 +61,10 @@ def test_gpu_says_what_it_takes_besides_a_preset(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--gpu takes no file (a GPU file is refused), so the error does not offer one; what it
     offers instead, a cluster file whose gpu is a mapping of fields, works."""
-    fields = {**gpu_preset("L40S").model_dump(mode="json"), "name": "RTX-4090"}
-    gpu_file = tmp_path / "rtx-4090.yaml"
+    fields = {**gpu_preset("L40S").model_dump(mode="json"), "name": "RTX-5090"}
+    gpu_file = tmp_path / "rtx-5090.yaml"
     gpu_file.write_text(yaml.safe_dump(fields))
-    for ref in ("RTX 4090", str(gpu_file)):
+    for ref in ("RTX 5090", str(gpu_file)):
         code, _, err = cli([*ESTIMATE, "--cluster", "dgx-h100", "--gpu", ref], capsys)
         assert_one_line_error(code, err)
         assert "or a file" not in err

@@ -19,7 +19,7 @@ from placer.spec.gpu import GPU
 from placer.spec.presets import cluster_preset, gpu_names, gpu_preset, load_gpu
 
 ADDED = ["H800", "A800-80GB", "H20", "L4", "B300", "GB300", "MI300X", "MI325X", "MI355X",
-         "V100-SXM2-32GB"]
+         "V100-SXM2-32GB", "RTX-4090"]
 AMD = ["MI300X", "MI325X", "MI355X"]
 FIGURES = ("memory_bytes", "usable_memory_bytes", "bf16_flops", "fp8_flops",
            "hbm_bandwidth_bytes_per_s")
@@ -66,12 +66,12 @@ def test_sources_note_covers_each_added_part_and_tag() -> None:
     section = text.split("### 5.4", 1)[1].split("\n## ", 1)[0]
     for name in ADDED:
         assert f"| {name}" in section, name
-    for tag in ("AIC", "MLE", "ROCM", "TT", "ACH", "NVSMI", "V100-DS"):
+    for tag in ("AIC", "MLE", "ROCM", "TT", "ACH", "NVSMI", "V100-DS", "WAREDB", "GIGAGPU",
+                "FA-ARCH"):
         assert f"| {tag} |" in section, tag
-    # the parts that could not be sourced are named as such, and are not in the catalog
-    for missing in ("H200 NVL", "RTX 4090"):
-        assert missing in section
-    assert not {"H200-NVL", "RTX-4090", "RTX4090"} & set(gpu_names())
+    # the part that could not be sourced is named as such, and is not in the catalog
+    assert "H200 NVL" in section
+    assert not {"H200-NVL", "H200NVL"} & set(gpu_names())
 
 
 @pytest.mark.parametrize("name", ADDED)
@@ -93,6 +93,11 @@ def test_published_figures() -> None:
     assert gpu_preset("MI300X").memory_bytes == 192 * 2**30
     assert gpu_preset("B300").memory_bytes == 275040 * 2**20
     assert gpu_preset("V100-SXM2-32GB").fp8_flops is None
+    # Ada's tensor peaks with FP32 accumulation, what training GEMMs use (WAREDB, GIGAGPU); the
+    # FP16-accumulate ones are twice these
+    assert gpu_preset("RTX-4090").bf16_flops == 165.2e12
+    assert gpu_preset("RTX-4090").fp8_flops == 330.3e12
+    assert gpu_preset("RTX-4090").memory_bytes == 24564 * 2**20
 
 
 # Maximum achievable matmul TFLOPS, BF16 and FP8 (None: no row), as stas00/ml-engineering@744d01e
@@ -120,7 +125,7 @@ def test_sm_counts_of_the_added_parts() -> None:
     """B300 148 (ml-engineering training/performance), H20 78 (an H20's device properties),
     AMD compute units from ROCm's GPU specifications; H800/A800 their silicon's."""
     expected = {"B300": 148, "H20": 78, "MI300X": 304, "MI325X": 304, "MI355X": 256,
-                "H800": 132, "A800-80GB": 108}
+                "H800": 132, "A800-80GB": 108, "RTX-4090": 128}
     assert {name: sm_count(gpu_preset(name)) for name in expected} == expected
 
 
@@ -159,7 +164,7 @@ def test_launch_refuses_amd_clusters() -> None:
     ("H800", "dgx-h100"), ("A800-80GB", "dgx-a100"), ("H20", "hgx-h200"),
     ("L4", "pcie-8x-l40s"), ("B300", "dgx-b200"), ("GB300", "gb200-nvl72"),
     ("MI300X", "dgx-h100"), ("MI325X", "dgx-h100"), ("MI355X", "dgx-h100"),
-    ("V100-SXM2-32GB", "dgx-a100"),
+    ("V100-SXM2-32GB", "dgx-a100"), ("RTX-4090", "pcie-8x-l40s"),
 ])
 def test_recommend_runs_on_a_preset_cluster_of_each_added_part(
         gpu: str, cluster: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,7 +179,8 @@ def test_recommend_runs_on_a_preset_cluster_of_each_added_part(
     if gpu == "V100-SXM2-32GB":
         assert "FP16 mixed precision" in output
     borrowed = f"warning: {gpu}: no matmul measurement (MAMF)"
-    assert (borrowed in output) == (gpu in ("H20", "L4", "GB300", "V100-SXM2-32GB")), output
+    assert (borrowed in output) == (gpu in ("H20", "L4", "GB300", "V100-SXM2-32GB", "RTX-4090")), \
+        output
 
 
 def test_emit_for_amd_fails_before_the_search(tmp_path: Path,

@@ -122,7 +122,8 @@ SM_COUNT = {"A100": 108, "H100": 132, "H200": 132, "B200": 148, "GB200": 148, "L
             # AMD's scheduling slots: MI300X/MI325X 304, MI355X 256 (ROCm "AMD GPU
             # specifications") [docs/sources.md 5.4]. H800 and A800 are H100 and A100 silicon
             # (CONSTANT_FAMILY) and take those counts.
-            "B300": 148, "H20": 78, "MI300X": 304, "MI325X": 304, "MI355X": 256}
+            # RTX 4090 128 (Dao-AILab/flash-attention@7cf4858 autotuner/arch/RTX4090.py).
+            "B300": 148, "H20": 78, "MI300X": 304, "MI325X": 304, "MI355X": 256, "RTX-4090": 128}
 DEFAULT_SM_COUNT = 132
 # Parts that are a measured part's silicon with only NVLink cut: that part's MAMF measurement and
 # SM count are theirs [docs/sources.md 5.4: AIC h800_sxm "identical to H100 SXM"; ACH, aiwiki:
@@ -154,7 +155,9 @@ CONSTANT_FAMILY = {"H200": "H100", "GB200": "B200",
                    # is Hopper (sm_90), B300/GB300 Blackwell (sm_103) and L4 Ada (sm_89) in
                    # AIC's system files: their kernel constants are their architecture's.
                    "H800": "H100", "A800": "A100", "H20": "H100", "B300": "B200",
-                   "GB300": "B200", "L4": "L40S"}
+                   "GB300": "B200", "L4": "L40S",
+                   # the GeForce RTX 4090 is AD102, L40S's die, at sm_89 (FA-ARCH)
+                   "RTX-4090": "L40S"}
 # Families without fitted constants borrow the nearest measured one (an assumption, to be
 # replaced by a measured profile): Blackwell takes Hopper's, Ada Ampere's.
 FAMILY_FALLBACK = {"B200": "H100", "L40S": "A100"}
@@ -230,7 +233,7 @@ HBM_EFFICIENCY = 0.85
 
 def gpu_family(gpu: GPU) -> str:
     """GPU family key: the catalogue name's leading part (``H100-SXM-80GB`` -> ``H100``)."""
-    for family in ("GB200", "B200", "H200", "H100", "A100", "L40S"):
+    for family in ("GB200", "B200", "H200", "H100", "A100", "L40S", "RTX-4090"):
         if gpu.name.upper().startswith(family):
             return family
     return gpu.name.split("-")[0].upper()
