@@ -12,6 +12,8 @@ from placer.verify.cpu_cluster import emulated_cluster
 from placer.verify.feedback import (
     OpSample,
     fit_compute_scale,
+    overshooting_notes,
+    overshooting_steps,
     profile_class,
     refit_collectives,
     scale_gemm,
@@ -86,6 +88,13 @@ def test_compute_scale_is_a_least_squares_fit_of_step_times() -> None:
     assert fit_compute_scale(steps) == pytest.approx(1.5)
     assert fit_compute_scale([(1.0, 0.5, 0.0)]) is None
     assert fit_compute_scale([(0.1, 2.0, 0.5)]) is None  # communication alone overshoots
+    # a candidate whose communication alone overshoots its step is left out, not fitted: with it,
+    # the least-squares scale of these four is negative (hand count: -0.079)
+    overshoot = (0.15, 4.19, 3.74)  # rest 0.45 s against a 0.15 s step
+    assert overshooting_steps([*steps, overshoot]) == [3]
+    assert fit_compute_scale([*steps, overshoot]) == pytest.approx(1.5)
+    (note,) = overshooting_notes([*steps, overshoot], [0, 1, 2, 7])
+    assert note.startswith("compute: candidate 7 left out") and "(0.45 s)" in note
     slower = scale_gemm(PROFILE, 2.0)
     assert slower.gemm is not None and slower.gemm.max_efficiency == pytest.approx(0.1)
     assert slower.gemm.half_efficiency_flops == 1e5

@@ -103,9 +103,15 @@ def test_real_model_memory_within_15_percent_for_tp_pp_fsdp_cp_ep(
     before_eff = load_link_profile(PROFILE).gemm.max_efficiency  # type: ignore[union-attr]
     assert refit.gemm.max_efficiency == pytest.approx(min(1.0, before_eff / scale))
 
+    # the fit leaves out candidates whose predicted communication alone reaches their measured
+    # step (feedback.overshooting_steps): a compute scale cannot explain those
+    fitted = [c for c in doc["candidates"]
+              if c["predicted_step_s"] - c["predicted_compute_s"] < c["measured_step_s"]]
+    assert len(fitted) >= 2, doc["candidates"]
+
     def spread(key: str) -> float:
         return sum(((c[key] - c["measured_step_s"]) / c["measured_step_s"]) ** 2
-                   for c in doc["candidates"])
+                   for c in fitted)
 
     if refit.gemm.max_efficiency < 1.0:  # not capped: the fit can only lower the error
         assert spread("after_refit_predicted_step_s") <= spread("predicted_step_s") + 1e-12

@@ -145,14 +145,39 @@ def refit_collectives(profile: LinkProfile, ops: Sequence[OpSample]
     return updated, tuple(refits), tuple(dict.fromkeys(skipped))
 
 
-def fit_compute_scale(steps: Sequence[tuple[float, float, float]]) -> float | None:
-    """lambda minimising sum(((a + lambda c) - m) / m)^2 over (measured m, predicted a + c, c).
+def overshooting_steps(steps: Sequence[tuple[float, float, float]]) -> list[int]:
+    """Indices of the (measured m, predicted a + c, compute c) steps whose predicted time besides
+    compute, a, already reaches m: no positive compute scale explains them (their link profile
+    overstates the communication), so ``fit_compute_scale`` leaves them out."""
+    return [i for i, (measured, predicted, compute) in enumerate(steps)
+            if predicted - compute >= measured]
 
-    None when no candidate has compute on its critical stage, or the fit is not positive (the
-    communication alone already overshoots every measurement).
+
+def overshooting_notes(steps: Sequence[tuple[float, float, float]],
+                       candidates: Sequence[int]) -> tuple[str, ...]:
+    """One line per step ``fit_compute_scale`` leaves out, naming its candidate (``candidates``
+    holds each step's candidate index), for a Feedback's skipped list."""
+    return tuple(
+        f"compute: candidate {candidates[i]} left out of the compute fit: its predicted time "
+        f"besides compute ({steps[i][1] - steps[i][2]:.3g} s) reaches its measured step "
+        f"({steps[i][0]:.3g} s); the link profile overstates its communication"
+        for i in overshooting_steps(steps))
+
+
+def fit_compute_scale(steps: Sequence[tuple[float, float, float]]) -> float | None:
+    """lambda minimising sum(((a + lambda c) - m) / m)^2 over (measured m, predicted a + c, c),
+    over the steps a compute scale can explain (not ``overshooting_steps``).
+
+    Left in, one candidate whose predicted communication alone exceeds its measured step pulls
+    lambda negative for all (seen on a fast CPU, where an emulated profile's FSDP gathers were
+    predicted at 0.45 s against a 0.15 s step). None when no step is left with compute on its
+    critical stage.
     """
     num = den = 0.0
-    for measured, predicted, compute in steps:
+    left_out = set(overshooting_steps(steps))
+    for i, (measured, predicted, compute) in enumerate(steps):
+        if i in left_out:
+            continue
         rest = predicted - compute
         num += compute * (measured - rest) / measured**2
         den += compute**2 / measured**2

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from placer.errors import InputError, PlacerError, from_validation_error
 from placer.spec.documents import VERIFY_REAL_MODEL_FORMAT, RealModelResults
 from placer.spec.profile import GemmProfile, LinkProfile
-from placer.verify.feedback import fit_compute_scale
+from placer.verify.feedback import fit_compute_scale, overshooting_notes
 from placer.verify.memory_fit import MemoryFit, fit_memory, rms_error
 from placer.verify.realmodel import memory_point
 
@@ -43,6 +43,8 @@ class RealCalibration:
     gemm_before: float
     gemm_after: float | None
     sources: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
+    """Candidates the compute fit leaves out (feedback.overshooting_notes)."""
 
 
 def load_real_results(path: Path) -> dict[str, Any]:
@@ -89,10 +91,12 @@ def calibrate_real(docs: Sequence[tuple[str, dict[str, Any]]], base: LinkProfile
     rows = [row for _, doc in docs for row in doc["candidates"]]
     points = [p for row in rows if (p := memory_point(row)) is not None]
     memory = fit_memory(points, device)
+    fitted = [row for row in rows if row["status"] == "ok" and row["measured_step_s"]
+              and row["predicted_step_s"] is not None]
     steps = [(row["measured_step_s"], row["predicted_step_s"], row["predicted_compute_s"])
-             for row in rows if row["status"] == "ok" and row["measured_step_s"]
-             and row["predicted_step_s"] is not None]
+             for row in fitted]
     scale = fit_compute_scale(steps)
+    left_out = overshooting_notes(steps, [row["index"] for row in fitted])
     if base is None:
         recorded = _one(docs, "the profile of the predictions", lambda d: d["profile"])
         base = (LinkProfile.model_validate(recorded) if recorded is not None
@@ -104,7 +108,7 @@ def calibrate_real(docs: Sequence[tuple[str, dict[str, Any]]], base: LinkProfile
         update["gemm"] = (base.gemm or gemm).model_copy(update={"max_efficiency": after})
     profile = LinkProfile.model_validate(base.model_copy(update=update).model_dump())
     return RealCalibration(profile, memory, scale, gemm.max_efficiency, after,
-                           tuple(source for source, _ in docs))
+                           tuple(source for source, _ in docs), left_out)
 
 
 def real_report_lines(cal: RealCalibration) -> list[str]:
@@ -127,4 +131,5 @@ def real_report_lines(cal: RealCalibration) -> list[str]:
             lines.append("    capped at 1: the steps ran faster than the GPU peak the plan "
                          "assumes allows; measure the GEMMs first (placer calibrate) and verify "
                          "with --profile")
+    lines += [f"    {note}" for note in cal.left_out]
     return lines

@@ -42,7 +42,7 @@ from placer.spec.layout import Layout
 from placer.spec.model import Model
 from placer.spec.profile import LinkProfile
 from placer.spec.results import MemoryBreakdown, Plan
-from placer.verify.feedback import Feedback, fit_compute_scale, scale_gemm
+from placer.verify.feedback import Feedback, fit_compute_scale, overshooting_notes, scale_gemm
 from placer.verify.fit import median
 from placer.verify.memory_fit import MemoryPoint, fit_memory
 from placer.verify.runner import Launcher
@@ -421,12 +421,13 @@ def refit_real(plan: Plan, profile: LinkProfile, results: list[RealResult]) -> F
     compute part explains them. Each candidate is re-predicted with it."""
     ok = [r for r in results if r.status == "ok" and r.measured_step_s
           and r.predicted_step_s is not None]
-    scale = fit_compute_scale([(r.measured_step_s or 0.0, r.predicted_step_s or 0.0,
-                                r.predicted_compute_s) for r in ok])
-    skipped: tuple[str, ...] = ()
+    steps = [(r.measured_step_s or 0.0, r.predicted_step_s or 0.0, r.predicted_compute_s)
+             for r in ok]
+    scale = fit_compute_scale(steps)
+    skipped = overshooting_notes(steps, [r.index for r in ok])
     updated = profile
     if scale is None:
-        skipped = ("compute: no usable step times to rescale the GEMM efficiency",)
+        skipped += ("compute: no usable step times to rescale the GEMM efficiency",)
     else:
         updated = scale_gemm(profile, scale)
     for r in ok:

@@ -33,6 +33,7 @@ from placer.verify.feedback import (
     Feedback,
     OpSample,
     fit_compute_scale,
+    overshooting_notes,
     refit_collectives,
     scale_gemm,
 )
@@ -359,12 +360,14 @@ def refit(plan: Plan, profile: LinkProfile, preps: Sequence[Prepared],
     updated, refits, skipped = refit_collectives(profile, op_samples(preps, chosen))
     calib = calibration_for(plan.cluster, updated)
     by_index = {p.index: p for p in preps}
-    steps = []
+    steps, indices = [], []
     for r in chosen:
         step, parts = repredict(by_index[r.index].program, calib, plan.job.precision)
         if r.measured_step_s:
             steps.append((r.measured_step_s, step, parts.get("compute", 0.0)))
+            indices.append(r.index)
     scale = fit_compute_scale(steps)
+    skipped = (*skipped, *overshooting_notes(steps, indices))
     if scale is None:
         skipped = (*skipped, "compute: no usable step times to rescale the GEMM efficiency")
     else:
