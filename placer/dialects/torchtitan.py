@@ -37,6 +37,7 @@ from placer.dialects.base import (
     pipeline_split,
     version_key,
 )
+from placer.spec import Layout
 
 TARGET = Target("torchtitan", "torchtitan", ("0.1", "0.2", "0.3"), "0.3", "torchtitan")
 TOML_FILE = "torchtitan.toml"
@@ -144,6 +145,23 @@ def stage_chunks(placed: Placed, version: str) -> list[list[str]] | None:
 SCHEDULE_NAMES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
                   "zb1p": "InterleavedZeroBubble", "zbv": "ZBVZeroBubble",
                   "dualpipev": "DualPipeV"}
+
+
+def runs_as(layout: Layout) -> Layout:
+    """``layout`` as torchtitan runs the config ``config`` writes for it: no ZeRO-1/2, so FSDP
+    that keeps the parameters gathered after the forward (zero=3, reshard off); FSDP over cp
+    whenever cp > 1 (ParallelDims.fsdp_enabled); selective as its op-level checkpointing
+    (recompute=op); sequence parallelism with TP."""
+    values = layout.model_dump()
+    if layout.recompute == "selective":
+        values["recompute"] = "op"
+    values["sequence_parallel"] = layout.tp > 1
+    if layout.zero_stage in (1, 2):
+        values.update(zero_stage=3, reshard_after_forward=False)
+    elif layout.zero_stage == 0 and layout.cp > 1:
+        # data_parallel_shard_degree 1: FSDP over cp alone, dp replicates (HSDP)
+        values.update(zero_stage=3, dp_shard=layout.cp if layout.dp > 1 else None)
+    return Layout.model_validate(values)
 
 
 def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:

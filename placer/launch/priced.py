@@ -117,23 +117,9 @@ def written_layout(placement: PlacedCandidate) -> Layout:
 
 
 def framework_layout(layout: Layout, framework: str) -> Layout:
-    """The layout as the framework file makes the framework run it (the dialect's writer):
-    torchtitan has no ZeRO-1/2 and writes FSDP that keeps the parameters gathered after the
-    forward (zero=3, reshard off), applies FSDP over cp whenever cp > 1 (ParallelDims.
-    fsdp_enabled), writes selective as its op-level checkpointing (recompute=op) and applies
-    sequence parallelism with TP. Megatron's and DeepSpeed's files run the layout as written."""
-    if framework != "torchtitan":
-        return layout
-    values = layout.model_dump()
-    if layout.recompute == "selective":
-        values["recompute"] = "op"
-    values["sequence_parallel"] = layout.tp > 1
-    if layout.zero_stage in (1, 2):
-        values.update(zero_stage=3, reshard_after_forward=False)
-    elif layout.zero_stage == 0 and layout.cp > 1:
-        # data_parallel_shard_degree 1: FSDP over cp alone, dp replicates (HSDP)
-        values.update(zero_stage=3, dp_shard=layout.cp if layout.dp > 1 else None)
-    return Layout.model_validate(values)
+    """The layout as the framework file makes the framework run it: torchtitan's is its
+    dialect's (``torchtitan.runs_as``); Megatron's and DeepSpeed's files run it as written."""
+    return torchtitan.runs_as(layout) if framework == "torchtitan" else layout
 
 
 def _runtime_on(runtime: Runtime, stack: str) -> Runtime:
