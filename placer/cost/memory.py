@@ -441,7 +441,10 @@ def _stage_state(model: Model, job: Job, layout: Layout, shape: StageShape,
 
 
 def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
-                  options: CostOptions, acts: _Activations) -> _StageMemory:
+                  options: CostOptions, acts: _Activations,
+                  chunks: tuple[int, ...]) -> _StageMemory:
+    """One stage's memory; ``chunks``: the layout's decoder layers per virtual stage
+    (``Layout.pipeline_split``), which its in-flight activations count."""
     opt = job.optimizer
     params, weights, gradients, optimizer = _stage_state(model, job, layout, shape, options)
     dense_shard, expert_shard = _zero_shards(layout)
@@ -462,8 +465,7 @@ def _stage_memory(model: Model, job: Job, layout: Layout, shape: StageShape,
                           * deepspeed_optimizer.FP16_STEP_BYTES_PER_PARAM)
 
     m = layout.num_microbatches(job.global_batch_size)
-    held = microbatches_in_flight(layout, shape.stage, m,
-                                  layout.pipeline_split(model.num_layers).chunks)
+    held = microbatches_in_flight(layout, shape.stage, m, chunks)
     activations, logits, moe_buffers = cached(
         _ACTIVATIONS, (acts, shape, held),
         lambda: _stage_activations(model, job, layout, shape, options, acts.parts, held))
@@ -772,8 +774,8 @@ def _memory_estimate(model: Model, cluster: Cluster, job: Job, layout: Layout,
         if kind in seen:
             continue
         seen.add(kind)
-        total, mem = _peak_moment(_stage_memory(model, job, layout, shape, options, acts),
-                                  scale, options, layout)
+        total, mem = _peak_moment(_stage_memory(model, job, layout, shape, options, acts,
+                                                split.chunks), scale, options, layout)
         if best is None or total > best[0]:
             best = (total, shape.stage, mem)
     assert best is not None
