@@ -651,29 +651,37 @@ def bridge_graphs(record: dict[str, Any]) -> tuple[bool, bool]:
     return False, False
 
 
-# Megatron-Bridge performance configs that overlap TP communication with the GEMMs (Transformer
-# Engine userbuffers): the Llama 3 70B and Llama 3.1 405B pretrain recipes build
-# CommOverlapConfig(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_...), which every
-# release's performance config keeps but its NVFP4 ones ("tp_comm_overlap = False if precision ==
-# 'nvfp4'"): NVIDIA-NeMo/Megatron-Bridge v0.2.1 (1c43b39, the 25.11 container)
-# src/megatron/bridge/recipes/llama/llama3.py L301-304 / L415-418 and
-# scripts/performance/configs/llama3/llama3_llm_pretrain.py L113 / llama31/llama31_llm_pretrain.py
-# L108; the same in v0.3.0, v0.4.0 and v0.5.0 (scripts/performance/configs/llama/) and v0.6.0
-# (src/megatron/bridge/perf_recipes/llama/{h100,b200,gb200}/: the NVFP4 configs set
-# tp_comm_overlap = False). Qwen3-235B's H100 config (its only TP > 1 MoE row) sets
-# CommOverlapConfig(tp_comm_overlap=False) (v0.2.1 scripts/performance/configs/qwen3/
-# qwen3_llm_pretrain.py L156). Model names as _slug writes them.
-BRIDGE_TP_OVERLAP_MODELS = ("llama370b", "llama31405b")
+# Performance configs that overlap TP communication with the GEMMs (Transformer Engine
+# userbuffers), as (sources, model names as _slug writes them, precisions that turn it off):
+# - Megatron-Bridge: the Llama 3 70B and Llama 3.1 405B pretrain recipes build
+#   CommOverlapConfig(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_...), which every
+#   release's performance config keeps but its NVFP4 ones ("tp_comm_overlap = False if precision
+#   == 'nvfp4'"): NVIDIA-NeMo/Megatron-Bridge v0.2.1 (1c43b39, the 25.11 container)
+#   src/megatron/bridge/recipes/llama/llama3.py L301-304 / L415-418 and
+#   scripts/performance/configs/llama3/llama3_llm_pretrain.py L113 /
+#   llama31/llama31_llm_pretrain.py L108; the same in v0.3.0, v0.4.0 and v0.5.0
+#   (scripts/performance/configs/llama/) and v0.6.0 (src/megatron/bridge/perf_recipes/llama/
+#   {h100,b200,gb200}/: the NVFP4 configs set tp_comm_overlap = False). Qwen3-235B's H100 config
+#   (its only TP > 1 MoE row) sets CommOverlapConfig(tp_comm_overlap=False) (v0.2.1
+#   scripts/performance/configs/qwen3/qwen3_llm_pretrain.py L156).
+# - NeMo 24.07 (NVIDIA/NeMo-Framework-Launcher 17480c7, 2024-07-23, the 24.07 configs):
+#   launcher_scripts/conf/training/llama/llama2_70b.yaml L136 and llama3_70b.yaml L136 set
+#   ub_tp_comm_overlap: true; gpt3/175b.yaml L149 (which examples/training/gpt/h100/
+#   175b_fp8_16node.sh runs) sets False; the smaller models run TP 1.
+TP_OVERLAP_CONFIGS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
+    (MEGATRON_BRIDGE_SOURCES, ("llama370b", "llama31405b"), ("nvfp4",)),
+    (("NEMO_2407",), ("llama270b", "llama370b"), ()),
+)
 
 
-def bridge_tp_overlap(record: dict[str, Any]) -> bool:
-    """Whether a Megatron-Bridge record's performance config overlaps TP communication with
-    the GEMMs (BRIDGE_TP_OVERLAP_MODELS; never for NVFP4 recipes)."""
-    if record["source_id"] not in MEGATRON_BRIDGE_SOURCES:
-        return False
+def framework_tp_overlap(record: dict[str, Any]) -> bool:
+    """Whether the performance config a record ran overlaps TP communication with the GEMMs
+    (TP_OVERLAP_CONFIGS)."""
     precision = (record.get("precision") or "").lower()
     name = _slug(record["model"]["name"])
-    return "nvfp4" not in precision and any(model in name for model in BRIDGE_TP_OVERLAP_MODELS)
+    return any(record["source_id"] in sources and any(m in name for m in models)
+               and not any(p in precision for p in off)
+               for sources, models, off in TP_OVERLAP_CONFIGS)
 
 
 def bridge_moe_dispatch(record: dict[str, Any]) -> tuple[str | None, bool]:
@@ -717,7 +725,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     techniques = str((record["result"].get("other") or {}).get("techniques", ""))
     source = record["source_id"]
     tp_overlap = ("--tp-comm-overlap" in notes or "AsyncTP" in techniques
-                  or bridge_tp_overlap(record))
+                  or framework_tp_overlap(record))
     dp_overlap = "not overlapped" not in notes and source not in DEEPSPEED_PIPELINE_SOURCES
     sharding = str(record["layout"].get("dp_sharding") or "")
     deepspeed = "deepspeed" in sharding.lower() or source in DEEPSPEED_PIPELINE_SOURCES
