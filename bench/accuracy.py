@@ -631,12 +631,23 @@ PYTORCH_FSDP_SOURCES = TORCHTITAN_SOURCES | AUTOMODEL_SOURCES | {"LLMFOUNDRY_MPT
 # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1), GPT-OSS-120B GB200 FP8-MX (@5f98743,
 # 2026-06-09, "full-iter CG for GPT-OSS 120B"). (model, GPU, first release, CuTeDSL grouped MLP.)
 BRIDGE_FULL_ITERATION_GRAPHS = (("qwen330ba3b", "gb200", (26, 6), True),
-                                ("gptoss120b", "gb200", (26, 6), False))
+                                ("gptoss120b", "gb200", (26, 6), False),
+                                ("qwen3235ba22b", "gb200", (26, 6), True))
+# Layout fields that tell a full-iteration config apart from its model's other configs on that
+# GPU: Qwen3-235B-A22B's 256-GPU GB200 FP8-MX V2 config (PP 8, VPP 3, EP 32) runs full-iteration
+# graphs and the CuTeDSL grouped MLP from the same commit on (@55443cb; v0.5.0 fcbb603 and v0.5.1
+# qwen3_workload_base_configs.py L229-237 QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2:
+# cuda_graph_impl="full_iteration", cutedsl_fused_grouped_mlp=True; v0.6.0
+# src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py
+# qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config: _enable_hybridep_full_iteration_mxfp8 and
+# NVTE_CUTEDSL_FUSED_GROUPED_MLP=1), while its 64-GPU V1 (PP 8, EP 8) stays on TE-scoped graphs.
+BRIDGE_FULL_ITERATION_LAYOUT = {"qwen3235ba22b": {"vpp": 3, "ep": 32}}
 
 
 def bridge_graphs(record: dict[str, Any]) -> tuple[bool, bool]:
     """(full-iteration CUDA graphs, CuTeDSL grouped MLP) of a Megatron-Bridge MXFP8 record from
-    its release's workload config (BRIDGE_FULL_ITERATION_GRAPHS)."""
+    its release's workload config (BRIDGE_FULL_ITERATION_GRAPHS, with the layout
+    BRIDGE_FULL_ITERATION_LAYOUT pins)."""
     release = re.search(r"\b(\d\d)\.(\d\d)", record.get("source_locator") or "")
     precision = (record.get("precision") or "").lower().split()
     if (record["source_id"] not in MEGATRON_BRIDGE_SOURCES or release is None
@@ -645,8 +656,11 @@ def bridge_graphs(record: dict[str, Any]) -> tuple[bool, bool]:
     version = (int(release[1]), int(release[2]))
     name = _slug(record["model"]["name"])
     gpu = record["hardware"]["gpu_type"].lower().split()[0]
+    layout = record["layout"]
     for model, on, first, cutedsl in BRIDGE_FULL_ITERATION_GRAPHS:
-        if model in name and gpu == on and version >= first:
+        pinned = BRIDGE_FULL_ITERATION_LAYOUT.get(model, {})
+        if (model in name and gpu == on and version >= first
+                and all(layout.get(k) == v for k, v in pinned.items())):
             return True, cutedsl
     return False, False
 

@@ -1,0 +1,62 @@
+"""bench/accuracy.py reads full-iteration CUDA graphs and the CuTeDSL grouped MLP where the
+Megatron-Bridge release's performance config sets them (BRIDGE_FULL_ITERATION_GRAPHS).
+
+The truth is the framework's own config (cited at bench/accuracy.py): from v0.5.0 (the 26.06
+container) on, Qwen3-235B-A22B's 256-GPU GB200 FP8-MX V2 config (PP 8, VPP 3, EP 32) sets
+cuda_graph_impl="full_iteration" and cutedsl_fused_grouped_mlp=True (Megatron-Bridge@55443cb);
+its 64-GPU V1 config and the releases before keep TE-scoped graphs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import accuracy  # noqa: E402
+
+RECORDS = json.loads((REPO / "bench" / "data" / "published-runs.json").read_text())["records"]
+
+
+def _qwen235_gb200_mx() -> list[dict]:
+    return [r for r in RECORDS if r["source_id"] in accuracy.MEGATRON_BRIDGE_SOURCES
+            and "qwen3235ba22b" in accuracy._slug(r["model"]["name"])
+            and r["hardware"]["gpu_type"].lower().startswith("gb200")
+            and "mx" in r["precision"].lower().split()[0]]
+
+
+def _release(record: dict) -> tuple[int, int]:
+    words = record["source_locator"].split()[0].split(".")
+    return int(words[0]), int(words[1])
+
+
+def test_qwen3_235b_gb200_mxfp8_v2_graphs_from_26_06() -> None:
+    rows = _qwen235_gb200_mx()
+    late = [r for r in rows if _release(r) >= (26, 6)]
+    early = [r for r in rows if _release(r) < (26, 6)]
+    assert len(late) == 3 and len(early) >= 4
+    assert all(accuracy.bridge_graphs(r) == (True, True) for r in late)
+    assert not any(accuracy.bridge_graphs(r)[0] for r in early)
+    options = accuracy.options_for(late[0])
+    assert options.cuda_graphs and options.moe_grouped_kernel == "single"
+
+
+def test_the_64_gpu_v1_layout_keeps_te_scoped_graphs() -> None:
+    """The same model, GPU and release at the V1 layout (PP 8, EP 8, no VPP) is not graphed."""
+    record = copy.deepcopy(next(r for r in _qwen235_gb200_mx() if _release(r) >= (26, 6)))
+    record["layout"].update({"ep": 8, "vpp": None, "dp": 8})
+    assert accuracy.bridge_graphs(record) == (False, False)
+
+
+def test_the_other_full_iteration_rules_are_unchanged() -> None:
+    """Qwen3-30B-A3B and GPT-OSS-120B GB200 FP8-MX rows of 26.06+ still read their rules."""
+    for slug, cutedsl in (("qwen330ba3b", True), ("gptoss120b", False)):
+        rows = [r for r in RECORDS if r["source_id"] in accuracy.MEGATRON_BRIDGE_SOURCES
+                and slug in accuracy._slug(r["model"]["name"])
+                and r["hardware"]["gpu_type"].lower().startswith("gb200")
+                and "mx" in r["precision"].lower().split()[0] and _release(r) >= (26, 6)]
+        assert rows and all(accuracy.bridge_graphs(r) == (True, cutedsl) for r in rows)
