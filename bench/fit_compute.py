@@ -62,11 +62,17 @@ START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network"
          "max_efficiency": 0.6, "fp8_max_efficiency": 0.5, "half_efficiency_flops": 1e10,
          "attention_efficiency": 0.5}
 
-# Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one).
+# Smallest step scale per constant, in its own unit (a constant fitted from 0 needs one). The
+# MoE host launch times price nothing until they exceed a layer's GPU time (compute.pass_times
+# takes the longer of the two), so from 0 the search must step into that range at once: the first
+# round tries up to half the floor. The fastest MoE forward layers of the set take ~2 ms (Qwen3-30B
+# at micro-batch 1 on B200: 2.1 ms over 16 local experts, ~130 us each), so the floors are 5 ms and
+# 400 us: at 1 ms and 100 us the first tries (500 us, 50 us per expert) moved no row and the search
+# never left 0 (stop 21; tests/test_fit_compute_host.py).
 STEP_FLOOR = {"half_efficiency_flops": 1e9, "network": 1e9,
               "moe_dispatch_s_per_routed_token": 1e-8, "attention_half_keys": 64.0,
-              "moe_dispatch_s_per_layer": 1e-5, "moe_host_s_per_layer": 1e-3,
-              "moe_host_s_per_expert": 1e-4}
+              "moe_dispatch_s_per_layer": 1e-5, "moe_host_s_per_layer": 5e-3,
+              "moe_host_s_per_expert": 4e-4}
 
 
 def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
