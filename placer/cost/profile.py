@@ -217,11 +217,20 @@ MOE_DISPATCH_S_PER_LAYER = 1.58e-05
 # Qwen3-30B-A3B on 8 B200, EP 8: 9.3-9.7k tokens/s/GPU at micro-batch 1 against 26.7-27.1k at 4).
 # The backward launches twice the forward's GEMMs (data and weight gradients): twice this.
 # Full-iteration CUDA graphs replay the launches without the host (CostOptions.cuda_graphs).
-# One time for every GPU (host-bound work), fitted by bench/fit_compute.py over the MoE rows: the
-# joint fit of 2026-12-01 puts both at 0 (no row is host-bound once the GEMMs and dispatcher are
-# priced), so the term prices nothing until a refit or a measured profile says otherwise.
+# One time for every GPU (host-bound work), fitted by bench/fit_compute.py over the MoE rows. The
+# joint fit of 2026-12-01 put both at 0, but its search never tried a time that binds (its first
+# steps from 0 stayed under every row's GPU time; fit_compute.STEP_FLOOR, stop 21). Fitted with the
+# reaching floors and every other constant at its committed value (stop 21, 2026-12-02): 169 us per
+# local expert, 0 per layer. It binds only on the rows with the least GPU time per expert: Bridge's
+# Qwen3-30B-A3B on 8 B200 at micro-batch 1 (25.11, 26.02: +30 / +25 % -> +2 / -2 %), whose next
+# release took micro-batch 4 and wider CUDA-graph scopes (Megatron-Bridge@0ec1df7, #2499: 2.75x);
+# Bridge's MoE guide lists "Reduce kernel launches: ... increase MBS" and CUDA graphs as the fixes
+# for CPU overhead (docs/training/moe-optimization.md, Phase 3), and Transformer Engine names the
+# per-expert host work of GroupedLinear (NVIDIA/TransformerEngine#1499: torch.split and 2 x
+# num_gemms torch.empty calls per call). The per-layer part stays 0: rows with few local experts
+# (GB200 Qwen3-235B at EP 32, 4 experts, 2-3 ms forward) are not host-bound.
 MOE_HOST_S_PER_LAYER = 0.0
-MOE_HOST_S_PER_EXPERT = 0.0
+MOE_HOST_S_PER_EXPERT = 1.69e-04
 # Keys per query at which a fused-attention kernel reaches half its peak throughput (the
 # saturation length of compute.attention_key_efficiency). Fitted by bench/fit_compute.py jointly
 # over all rows (the NeMo long-sequence sweep spans 2K to 32K keys per kernel call).
