@@ -216,7 +216,14 @@ def _layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         gemms.append((2 * tokens * h * ffn * gate / t, 1))
         gemms.append((2 * tokens * ffn * h / t, 1))
         shapes += [(tokens, ffn * gate / t, h), (tokens, h, ffn / t)]
-    stored = activation_bytes_per_token(model, layout, moe_layer, moe_load_imbalance=imbalance)
+    # Element-wise traffic scales with what the layer's kernels store: eager PyTorch modules
+    # (torchtitan without torch.compile) run each norm, activation and rotary op as its own
+    # kernel and store their eager tensors (memory.activation_bytes_per_token with
+    # fused_kernels False); a compiled block's pointwise chains are fused by Inductor, priced as
+    # fused kernels.
+    stored = activation_bytes_per_token(
+        model, layout, moe_layer, moe_load_imbalance=imbalance,
+        fused_kernels=options.fused_kernels or options.compiled_layers)
     shared = 2 if moe_layer and model.moe is not None and model.moe.num_shared_experts else 0
     return LayerWork(gemms=tuple(gemms), attention_flops=attention,
                      elementwise_bytes=stored.total * tokens, score_bytes=score_bytes,

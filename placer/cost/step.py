@@ -361,8 +361,11 @@ def _microbatch(model: Model, cluster: Cluster, job: Job, layout: Layout, links:
                       is_layer=False)
 
     tp_layer = tp_per_layer(model, layout, links, calib, tokens)
-    tp_dense = _tp_overlapped_layer_s(tp_layer, dense_work, False, layout, calib, precision)
-    tp_moe = (_tp_overlapped_layer_s(tp_layer, moe_work, True, layout, calib, precision)
+    # Eager modules (torchtitan) project q, k, v and w1, w3 separately (_tp_overlapped_layer_s).
+    summed = not options.fused_kernels
+    tp_dense = _tp_overlapped_layer_s(tp_layer, dense_work, False, layout, calib, precision,
+                                      summed)
+    tp_moe = (_tp_overlapped_layer_s(tp_layer, moe_work, True, layout, calib, precision, summed)
               if moe_work is not None else 0.0)
     ep_layer = ep_per_layer(model, layout, links, calib, tokens, imb, options.moe_dispatcher)
     # The other micro-batch's compute hides the dispatch (Megatron
@@ -514,7 +517,8 @@ def tp_per_layer(model: Model, layout: Layout, links: GroupLinks, calib: Calibra
 
 
 def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool,
-                           layout: Layout, calib: Calibration, precision: str) -> float:
+                           layout: Layout, calib: Calibration, precision: str,
+                           summed_input_grads: bool = False) -> float:
     """Exposed TP time of one layer when each collective is pipelined with its GEMM.
 
     Megatron's --tp-comm-overlap (Transformer Engine userbuffers) and torchtitan's async TP
@@ -525,6 +529,14 @@ def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool
     hides at most the fitted overlap efficiency and never its first chunk (1/tp of it).
     In an MoE layer the MLP side's windows are the router and experts' first GEMMs, and the
     experts' second GEMMs (with the shared experts').
+
+    ``summed_input_grads``: the column-parallel side is several modules reading one gathered
+    input (torchtitan's wq, wk, wv and w1, w3 behind one PrepareModuleInput all-gather,
+    pytorch/torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py apply_tp, models/
+    llama/model.py), so the backward reduce-scatters the sum of their input gradients. Async
+    TP's Inductor pass fuses a reduce-scatter only into the one matmul that produces its input
+    (torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_matmul_reduce_scatter: the input must
+    be an mm, or a reshape of one), so those two reduce-scatters run exposed.
     """
     calls = {c.collective: c for c in tp_layer.items}
     if "all_gather" not in calls or "reduce_scatter" not in calls:
@@ -544,8 +556,11 @@ def _tp_overlapped_layer_s(tp_layer: _PerLayer, work: LayerWork, moe_layer: bool
                    comm_s / layout.tp)
 
     forward = hide(ag, qkv) + hide(ag, mlp_in) + hide(rs, out) + hide(rs, mlp_out)
-    backward = (hide(ag, 2 * out) + hide(ag, 2 * mlp_out) + hide(rs, 2 * qkv)
-                + hide(rs, 2 * mlp_in))
+    if summed_input_grads:
+        backward = hide(ag, 2 * out) + hide(ag, 2 * mlp_out) + 2 * rs
+    else:
+        backward = (hide(ag, 2 * out) + hide(ag, 2 * mlp_out) + hide(rs, 2 * qkv)
+                    + hide(rs, 2 * mlp_in))
     return forward * layout.forward_passes + backward
 
 
