@@ -672,6 +672,26 @@ def bridge_graphs(record: dict[str, Any]) -> tuple[bool, bool]:
     return False, False
 
 
+# Megatron-Bridge's BF16 MoE performance configs run Megatron-Core's TEGroupedMLP with its eager
+# clamp and fc2-bias ops (CostOptions.moe_eager_expert_ops): no release's BF16 config turns on the
+# TE op fuser or the CuTeDSL grouped MLP (NVIDIA-NeMo/Megatron-Bridge v0.2.1 1c43b39 to v0.5.0
+# fcbb603 scripts/performance/configs/gpt_oss/*workload_base_configs.py; v0.6.0 51885cf
+# perf_recipes/_common.py _benchmark_common sets use_transformer_engine_op_fuser False), while the
+# GPT-OSS MXFP8 configs from 26.06 on fuse both into the CuTeDSL grouped MLP
+# (v0.5.0 gpt_oss_workload_base_configs.py L211-221 GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+# cutedsl_fused_grouped_mlp=True; v0.6.0 perf_recipes/gpt_oss/gb200/gpt_oss.py
+# NVTE_CUTEDSL_FUSED_GROUPED_MLP=1). Only models with expert biases or a GLU clamp pay them.
+BRIDGE_EAGER_EXPERT_PRECISIONS = ("bf16",)
+
+
+def bridge_eager_expert_ops(record: dict[str, Any]) -> bool:
+    """Whether a Megatron-Bridge record's experts run TEGroupedMLP's eager clamp and bias ops
+    (BRIDGE_EAGER_EXPERT_PRECISIONS)."""
+    precision = (record.get("precision") or "").lower().split()
+    return (record["source_id"] in MEGATRON_BRIDGE_SOURCES and bool(precision)
+            and precision[0] in BRIDGE_EAGER_EXPERT_PRECISIONS)
+
+
 # Performance configs that overlap TP communication with the GEMMs (Transformer Engine
 # userbuffers), as (sources, model names as _slug writes them, precisions that turn it off):
 # - Megatron-Bridge: the Llama 3 70B and Llama 3.1 405B pretrain recipes build
@@ -789,6 +809,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        # CublasGroupedGemm), as the nemo-automodel stack preset prices it.
                        moe_grouped_kernel="single" if eager or cutedsl else "te_streams",
                        cuda_graphs=graphs,
+                       moe_eager_expert_ops=bridge_eager_expert_ops(record),
                        zero3_max_live_params=DEEPSPEED_MAX_LIVE_PARAMS if deepspeed else None,
                        cross_entropy_impl=CROSS_ENTROPY_IMPL.get(source, "native"),
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's

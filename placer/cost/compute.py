@@ -82,6 +82,21 @@ ROUTER_LOGIT_BYTES = 4
 # Adam step per sharded parameter: read+write fp32 master, m and v (24 B), read the fp32 gradient
 # (4 B), write the bf16 weight (2 B) -- the bf16 recipe of docs/sources.md 9.1.
 OPTIMIZER_BYTES_PER_PARAM = 30
+# Megatron-Core's TEGroupedMLP (megatron/core/transformer/moe/experts.py, the same from
+# core_v0.15.0 to core_v0.19.0) runs two steps around the grouped GEMMs as eager PyTorch ops on
+# every routed token copy: a clamped GLU (activation_func_clamp_value) chunks the fc1 output,
+# clamps both halves and concatenates them before the fused activation
+# (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl), and the fc2 bias, which the grouped
+# linear returns unapplied (skip_bias_add=True), is scaled by the routing probability, added to
+# each expert's rows and the rows concatenated (TEGroupedMLP._apply_bias). HBM bytes per routed
+# copy, per expert-FFN column (clamp) and per hidden column (bias), bf16: what the aten ops of
+# those steps read and write (views free), counted by tests/test_cost_expert_eager.py on the ops
+# themselves. Forward, and backward (autograd of the same ops: the clamps' masks and selects,
+# the bias and probability gradients).
+EAGER_CLAMP_FORWARD_BYTES = 16
+EAGER_CLAMP_BACKWARD_BYTES = 27
+EAGER_BIAS_FORWARD_BYTES = 12
+EAGER_BIAS_BACKWARD_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,9 @@ class LayerWork:
     attention_shapes: tuple[tuple[float, float, float], ...] = ()
     attention_keys: float = 0.0  # keys per query in one fused-attention kernel call
     attention_kernel: str = "cudnn"  # which fused-attention kernel runs (CostOptions)
+    # HBM bytes of the eager expert clamp and bias ops (eager_expert_bytes): forward, backward,
+    # and what recomputing moe_act repeats.
+    eager_expert_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def gemm_flops(self) -> float:
@@ -185,6 +203,7 @@ def _layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                                 (float(job.seq_len), float(dv), float(job.seq_len)))
         score_bytes = 5 * a * job.seq_len / t * tokens  # Korthikanti's 5as^2b, per GPU
     dispatch, routed = 0.0, 0.0
+    eager = (0.0, 0.0, 0.0)
     groups: list[int] = []
     launched = 0
     if moe_layer and model.moe is not None:
@@ -206,6 +225,7 @@ def _layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
         gemms.append((2 * per_expert * fe * h, count))
         shapes += [(per_expert, fe * gate, h), (per_expert, h, fe)]
         dispatch = moe_dispatch_bytes(model, layout, tokens, routed)
+        eager = eager_expert_bytes(model, fe, routed, options)
         if moe.num_shared_experts:
             fs = shared_expert_ffn(model) * moe.num_shared_experts
             gemms.append((2 * tokens * h * fs * gate / t, 1))
@@ -235,7 +255,23 @@ def _layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      gemm_groups=tuple(groups + [1] * (len(gemms) - len(groups))),
                      launched_experts=launched, host_launched=launched > 0,
                      gemm_one_kernel=options.moe_grouped_kernel == "single",
-                     attention_shapes=attention_shapes)
+                     attention_shapes=attention_shapes, eager_expert_bytes=eager)
+
+
+def eager_expert_bytes(model: Model, expert_ffn: float, routed: float,
+                       options: CostOptions) -> tuple[float, float, float]:
+    """HBM bytes of Megatron-Core TEGroupedMLP's eager clamp and fc2-bias steps on ``routed``
+    token copies of experts ``expert_ffn`` wide (per GPU, after ETP): (forward, backward, what
+    recomputing ``moe_act`` repeats: the clamp, which runs inside the checkpointed activation).
+    Zeros unless ``options.moe_eager_expert_ops``; the clamp part needs a clamped gated MLP
+    (Model.activation_clamp), the bias part linear biases (Model.linear_bias)."""
+    if not options.moe_eager_expert_ops or model.moe is None:
+        return 0.0, 0.0, 0.0
+    clamp = expert_ffn if model.activation_clamp is not None and model.gated_mlp else 0.0
+    bias = float(model.hidden_size) if model.linear_bias else 0.0
+    forward = EAGER_CLAMP_FORWARD_BYTES * clamp + EAGER_BIAS_FORWARD_BYTES * bias
+    backward = EAGER_CLAMP_BACKWARD_BYTES * clamp + EAGER_BIAS_BACKWARD_BYTES * bias
+    return routed * forward, routed * backward, routed * EAGER_CLAMP_FORWARD_BYTES * clamp
 
 
 # Compute streams Transformer Engine's GroupedLinear spreads its per-expert GEMMs over:
@@ -516,9 +552,12 @@ def _pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: 
     dispatch = (work.dispatch_bytes / (bandwidth * HBM_EFFICIENCY)
                 + work.routed_tokens * calib.moe_dispatch_s_per_routed_token
                 + (calib.moe_dispatch_s_per_layer if work.routed_tokens else 0.0))
-    forward = linear + attn_gemm + fused + memory + scores + dispatch
+    # Eager expert ops (eager_expert_bytes): memory bound, at the streaming HBM rate.
+    eager_fwd, eager_bwd, eager_redo = (b / (bandwidth * HBM_EFFICIENCY)
+                                        for b in work.eager_expert_bytes)
+    forward = linear + attn_gemm + fused + memory + scores + dispatch + eager_fwd
     backward = (2 * (linear + attn_gemm) + ATTENTION_BACKWARD_RATIO * fused
-                + 2 * (memory + scores) + dispatch)
+                + 2 * (memory + scores) + dispatch + eager_bwd)
     # An MoE layer whose kernels the host launches waits for the longer of the GPU and the
     # launches (profile.MOE_HOST_S_PER_LAYER: the per-layer token-count sync stops the host from
     # running ahead); the backward launches twice the GEMMs.
@@ -541,7 +580,8 @@ def _pass_times(work: LayerWork, calib: Calibration, precision: str, recompute: 
             gemm = {"mlp": mlp_gemms, "moe": mlp_gemms, "shared_experts": shared_gemms}.get(
                 name, 0.0)
             share = nbytes / work.elementwise_bytes if work.elementwise_bytes else 0.0
-            redo += gemm + memory * share + (dispatch if name == "moe" else 0.0)
+            redo += gemm + memory * share + (dispatch + eager_fwd if name == "moe" else 0.0)
+            redo += eager_redo if name == "moe_act" else 0.0
             redo_gemm += gemm
     return PassTimes(forward, backward, redo, 3 * (linear + attn_gemm) + redo_gemm)
 

@@ -146,6 +146,11 @@ class CostOptions:
     cuda_graphs: bool = False
     """The whole iteration is captured in CUDA graphs (Megatron ``cuda_graph_impl=full_iteration``):
     kernels replay without host launches, so no layer waits on the CPU (compute.pass_times)."""
+    moe_eager_expert_ops: bool = False
+    """Megatron-Core's TEGroupedMLP runs the clamp of a clamped GLU (Model.activation_clamp)
+    and the expert fc2 bias as eager PyTorch ops on every routed token copy
+    (compute.eager_expert_bytes); False: fused into the grouped MLP (the TE op fuser, the
+    CuTeDSL grouped MLP) or absent."""
     moe_capacity_factor: float | None = None
     """Expert capacity as a multiple of the mean load (tokens beyond it dropped); None: dropless."""
 

@@ -212,11 +212,24 @@ def model_from_hf_config(data: dict[str, Any], default_name: str, source: str) -
         "tied_embeddings": read.flag("tie_word_embeddings", read.model_type in TIED_BY_DEFAULT),
         "linear_bias": _linear_bias(read),
         "max_seq_len": read.optional_int(keys.positions),
+        "activation_clamp": _activation_clamp(read),
         "moe": _moe(read, num_layers),
         "mla": _mla(read),
     }
     fields.update(_sliding_window(read, num_layers))
     return validated(Model, fields, source)
+
+
+def _activation_clamp(read: _Reader) -> float | None:
+    """GPT-OSS's ``swiglu_limit`` (modeling_gpt_oss.py GptOssExperts clamps the gate and up
+    halves to it), when the config has one."""
+    value = read.data.get("swiglu_limit")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise PlacerError(f"{read.source}: Hugging Face key 'swiglu_limit' is "
+                          f"{short_repr(value)}; expected a positive number")
+    return float(value)
 
 
 def _model_name(data: dict[str, Any], default_name: str) -> str:

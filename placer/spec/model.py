@@ -66,6 +66,10 @@ class Model(Spec):
         "DeepSeek off. QKV-only biases (Qwen2, Megatron add_qkv_bias) do not count. Megatron "
         "runs MoE with biases only at etp=1")
     max_seq_len: int | None = Field(default=None, ge=1, le=100_000_000)
+    activation_clamp: float | None = Field(
+        default=None, gt=0.0, le=1e6,
+        description="the gated MLP clamps its two halves to this limit before the activation "
+        "(GPT-OSS 7.0: Hugging Face swiglu_limit, Megatron activation_func_clamp_value)")
     sliding_window: int | None = Field(
         default=None, ge=1, le=100_000_000,
         description="keys a sliding-window attention layer sees (Mistral-7B-v0.1 4096, GPT-OSS 128)"
