@@ -284,6 +284,10 @@ FRAMEWORK_RECOMPUTE = dict.fromkeys(MEGATRON_BRIDGE_SOURCES, (
 # scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, B200/GB200/H100 V1 and
 # the V2 configs derived from them: recompute_modules=["layernorm", "moe_act"]).
 BRIDGE_RECOMPUTE_MODULES = {"gptoss": ("layernorm", "moe_act")}
+# ...but its GB200 FP8-MX full-iteration config recomputes nothing (recompute_modules=[]: v0.5.0
+# fcbb603 GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2; v0.6.0
+# gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config): the config bridge_graphs marks.
+BRIDGE_GRAPHED_NO_RECOMPUTE = ("gptoss120b",)
 
 
 def recompute_mode(text: str | None) -> tuple[str, list[str]]:
@@ -408,7 +412,12 @@ def case_for(record: dict[str, Any]) -> Case:
     modules = layout_rec.get("recompute_modules")
     bridge_modules = next((m for name, m in BRIDGE_RECOMPUTE_MODULES.items()
                            if name in _slug(record["model"]["name"])), None)
-    if rnotes and record["source_id"] in MEGATRON_BRIDGE_SOURCES and bridge_modules:
+    graphed_no_recompute = bridge_graphs(record)[0] and any(
+        name in _slug(record["model"]["name"]) for name in BRIDGE_GRAPHED_NO_RECOMPUTE)
+    if rnotes and record["source_id"] in MEGATRON_BRIDGE_SOURCES and graphed_no_recompute:
+        rnotes = ["default: recompute none, as Megatron-Bridge's GPT-OSS full-iteration "
+                  "FP8-MX config (recompute_modules=[])"]
+    elif rnotes and record["source_id"] in MEGATRON_BRIDGE_SOURCES and bridge_modules:
         recompute, modules = "selective", list(bridge_modules)
         rnotes = [f"default: selective recompute of {', '.join(bridge_modules)}, as "
                   "Megatron-Bridge's GPT-OSS performance configs"]
@@ -636,9 +645,13 @@ PYTORCH_FSDP_SOURCES = TORCHTITAN_SOURCES | AUTOMODEL_SOURCES | {"LLMFOUNDRY_MPT
 # over the local experts, CostOptions.moe_grouped_kernel "single"): Qwen3-30B-A3B GB200 FP8-MX
 # (NVIDIA-NeMo/Megatron-Bridge@55443cb, 2026-06-10, in v0.5.0: qwen3_workload_base_configs.py
 # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1), GPT-OSS-120B GB200 FP8-MX (@5f98743,
-# 2026-06-09, "full-iter CG for GPT-OSS 120B"). (model, GPU, first release, CuTeDSL grouped MLP.)
+# 2026-06-09, "full-iter CG for GPT-OSS 120B"; v0.5.0 fcbb603 gpt_oss_workload_base_configs.py
+# GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: cutedsl_fused_grouped_mlp=True,
+# recompute_modules=[]; v0.6.0 perf_recipes/gpt_oss/gb200/gpt_oss.py
+# gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config: NVTE_CUTEDSL_FUSED_GROUPED_MLP=1,
+# recompute_modules = []). (model, GPU, first release, CuTeDSL grouped MLP.)
 BRIDGE_FULL_ITERATION_GRAPHS = (("qwen330ba3b", "gb200", (26, 6), True),
-                                ("gptoss120b", "gb200", (26, 6), False),
+                                ("gptoss120b", "gb200", (26, 6), True),
                                 ("qwen3235ba22b", "gb200", (26, 6), True))
 # Layout fields that tell a full-iteration config apart from its model's other configs on that
 # GPU: Qwen3-235B-A22B's 256-GPU GB200 FP8-MX V2 config (PP 8, VPP 3, EP 32) runs full-iteration

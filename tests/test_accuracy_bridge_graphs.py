@@ -54,9 +54,30 @@ def test_the_64_gpu_v1_layout_keeps_te_scoped_graphs() -> None:
 
 def test_the_other_full_iteration_rules_are_unchanged() -> None:
     """Qwen3-30B-A3B and GPT-OSS-120B GB200 FP8-MX rows of 26.06+ still read their rules."""
-    for slug, cutedsl in (("qwen330ba3b", True), ("gptoss120b", False)):
+    for slug, cutedsl in (("qwen330ba3b", True), ("gptoss120b", True)):
         rows = [r for r in RECORDS if r["source_id"] in accuracy.MEGATRON_BRIDGE_SOURCES
                 and slug in accuracy._slug(r["model"]["name"])
                 and r["hardware"]["gpu_type"].lower().startswith("gb200")
                 and "mx" in r["precision"].lower().split()[0] and _release(r) >= (26, 6)]
         assert rows and all(accuracy.bridge_graphs(r) == (True, cutedsl) for r in rows)
+
+
+def test_gpt_oss_gb200_mxfp8_full_iteration_config_fuses_the_mlp_and_recomputes_nothing() -> None:
+    """Megatron-Bridge v0.5.0 GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (and v0.6.0's
+    gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config): full-iteration graphs, the CuTeDSL fused
+    grouped MLP, recompute_modules=[]; its BF16 rows keep the layernorm + moe_act recompute."""
+    rows = [r for r in RECORDS if r["source_id"] in accuracy.MEGATRON_BRIDGE_SOURCES
+            and "gptoss120b" in accuracy._slug(r["model"]["name"])
+            and r["hardware"]["gpu_type"].lower().startswith("gb200")]
+    mx = [r for r in rows if "mx" in r["precision"].lower().split()[0] and _release(r) >= (26, 6)
+          and not r["result"].get("other", {}).get("known_regression")]
+    bf16 = [r for r in rows if r["precision"].lower().startswith("bf16")]
+    assert mx and bf16
+    for record in mx:
+        assert accuracy.bridge_graphs(record) == (True, True)
+        case = accuracy.case_for(record)
+        assert case.layout.recompute == "none" and case.options.moe_grouped_kernel == "single"
+    for record in bf16:
+        case = accuracy.case_for(record)
+        assert case.layout.recompute == "selective"
+        assert case.layout.recompute_modules == ("layernorm", "moe_act")
