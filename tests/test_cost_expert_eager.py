@@ -110,3 +110,17 @@ def test_bridge_bf16_rows_run_the_eager_ops() -> None:
     assert accuracy.bridge_eager_expert_ops(_record("BF16"))
     assert not accuracy.bridge_eager_expert_ops(_record("MXFP8"))
     assert not accuracy.bridge_eager_expert_ops(_record("BF16", source="AUTOMODEL_2604"))
+
+
+def test_megatron_stack_prices_the_eager_expert_ops_and_the_others_do_not() -> None:
+    """recommend-layout on the megatron-core stack runs Megatron-Core's TEGroupedMLP (TE op fuser
+    off by default): a GPT-OSS layout pays the clamp and bias traffic there, not on torchtitan.
+    """
+    from placer.cost.stack_options import options_for
+    from placer.spec.job import Job
+    from placer.spec.stack import load_stack
+
+    job = Job(seq_len=4096, global_batch_size=64)
+    assert options_for(job, load_stack("megatron-core")).moe_eager_expert_ops
+    assert not options_for(job, load_stack("torchtitan")).moe_eager_expert_ops
+    assert not options_for(job, None).moe_eager_expert_ops

@@ -33,6 +33,10 @@ def options_for(job: Job, stack: Stack | None,
                        # Engine's GroupedLinear (compute.expert_gemm_group)
                        moe_grouped_kernel=("single" if stack.framework == "torchtitan"
                                            else "te_streams"),
+                       # Megatron-Core's TEGroupedMLP runs a GLU clamp and the expert fc2 bias
+                       # as eager ops unless the TE op fuser is on (off by default:
+                       # compute.eager_expert_bytes, docs/sources.md section 12)
+                       moe_eager_expert_ops=stack.framework == "megatron",
                        # eager PyTorch modules or fused kernels (memory.py, fused_kernels)
                        fused_kernels=stack.defaults.fused_kernels,
                        # torchtitan's loss_parallel, on whenever TP > 1 (options.py)
