@@ -19,7 +19,10 @@ import pytest
 from placer.cost import compute
 from placer.cost.options import CostOptions
 from placer.cost.profile import HBM_EFFICIENCY, calibration_for
+from placer.cost.stack_options import options_for
+from placer.spec.job import Job
 from placer.spec.presets import load_cluster, load_model
+from placer.spec.stack import load_stack
 
 torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -116,10 +119,6 @@ def test_megatron_stack_prices_the_eager_expert_ops_and_the_others_do_not() -> N
     """recommend-layout on the megatron-core stack runs Megatron-Core's TEGroupedMLP (TE op fuser
     off by default): a GPT-OSS layout pays the clamp and bias traffic there, not on torchtitan.
     """
-    from placer.cost.stack_options import options_for
-    from placer.spec.job import Job
-    from placer.spec.stack import load_stack
-
     job = Job(seq_len=4096, global_batch_size=64)
     assert options_for(job, load_stack("megatron-core")).moe_eager_expert_ops
     assert not options_for(job, load_stack("torchtitan")).moe_eager_expert_ops

@@ -149,6 +149,18 @@ class _Reader:
     def optional_int(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.integer(key)
 
+    def optional_positive(self, key: str) -> float | None:
+        """A positive number, or None when absent or null."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise PlacerError(
+                f"{self.source}: Hugging Face key {key!r} is {short_repr(value)}; expected a "
+                "positive number"
+            )
+        return float(value)
+
     def first_int(self, *keys: str) -> int:
         """The first of ``keys`` that is present; the error names the first one."""
         for key in keys:
@@ -212,24 +224,14 @@ def model_from_hf_config(data: dict[str, Any], default_name: str, source: str) -
         "tied_embeddings": read.flag("tie_word_embeddings", read.model_type in TIED_BY_DEFAULT),
         "linear_bias": _linear_bias(read),
         "max_seq_len": read.optional_int(keys.positions),
-        "activation_clamp": _activation_clamp(read),
+        # GPT-OSS's swiglu_limit: modeling_gpt_oss.py GptOssExperts clamps the gate and up
+        # halves to it.
+        "activation_clamp": read.optional_positive("swiglu_limit"),
         "moe": _moe(read, num_layers),
         "mla": _mla(read),
     }
     fields.update(_sliding_window(read, num_layers))
     return validated(Model, fields, source)
-
-
-def _activation_clamp(read: _Reader) -> float | None:
-    """GPT-OSS's ``swiglu_limit`` (modeling_gpt_oss.py GptOssExperts clamps the gate and up
-    halves to it), when the config has one."""
-    value = read.data.get("swiglu_limit")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise PlacerError(f"{read.source}: Hugging Face key 'swiglu_limit' is "
-                          f"{short_repr(value)}; expected a positive number")
-    return float(value)
 
 
 def _model_name(data: dict[str, Any], default_name: str) -> str:
