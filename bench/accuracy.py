@@ -828,6 +828,9 @@ def options_for(record: dict[str, Any]) -> CostOptions:
                        # NVFP4 recipes (Megatron-Bridge's nvfp4 precision: Transformer Engine's
                        # NVFP4BlockScaling) run the linear layers' GEMMs in FP4.
                        fp4_gemms="fp4" in (record.get("precision") or "").lower(),
+                       # MXFP8 recipes (Bridge's fp8_mx / mxfp8, torchao's MXFP8 linears):
+                       # block-scaled GEMMs (profile.MXFP8_GEMM_TIME_RATIO).
+                       mxfp8_gemms="mx" in (record.get("precision") or "").lower(),
                        fsdp_sharded_master=source in PYTORCH_FSDP_SOURCES)
 
 

@@ -310,6 +310,34 @@ def test_gemm_times_use_the_shape_the_mamf_ceiling_and_the_hbm_roofline() -> Non
     assert t == pytest.approx(moved / (3.35e12 * HBM_EFFICIENCY) + fixed, rel=1e-3)
 
 
+def test_mxfp8_gemms_take_transformer_engines_measured_time_over_fp8() -> None:
+    from placer.cost.compute import gemm_times, linear_precision
+    from placer.cost.stack_options import options_for
+
+    # Transformer Engine's pre-quantised B300 benchmark (gemm_profiling.rst): a layer's 12 GEMMs
+    # take 7.161 ms in MXFP8 against 6.812 ms in per-tensor-scaled FP8.
+    calib = replace(calibration_for(cluster_preset("dgx-b200")), gemm_sustained_fraction=1.0)
+    fixed = calib.half_efficiency_flops("fp8") / (calib.peak_flops("fp8")
+                                                  * calib.gemm_efficiency("fp8"))
+    m, n, k = 256.0 * 148, 8192.0, 8192.0  # whole waves on 148 SMs: compute bound
+    flops = 2 * m * n * k
+    (t_mx,) = gemm_times(((flops, 1),), ((m, n, k),), calib, "mxfp8")
+    (t8,) = gemm_times(((flops, 1),), ((m, n, k),), calib, "fp8")
+    assert (t_mx - fixed) / (t8 - fixed) == pytest.approx(7.161 / 6.812, rel=1e-6)
+    # Memory bound: an E4M3 byte plus an E8M0 scale per 32 elements.
+    m = 16.0
+    (t_mx,) = gemm_times(((2 * m * n * k, 1),), ((m, n, k),), calib, "mxfp8")
+    moved = (1 + 1 / 32) * (m * k + k * n) + 2 * m * n
+    assert t_mx == pytest.approx(moved / (calib.hbm_bytes_per_s * HBM_EFFICIENCY) + fixed,
+                                 rel=1e-6)
+    # The job's runtime names the recipe; a BF16 job's GEMMs stay BF16.
+    job = Job.model_validate({"global_batch_size": 8, "seq_len": 4096, "precision": "fp8",
+                              "runtime": {"fp8_recipe": "mxfp8"}})
+    assert linear_precision(job, options_for(job, None)) == "mxfp8"
+    assert linear_precision(job.model_copy(update={"precision": "bf16"}),
+                            CostOptions(mxfp8_gemms=True)) == "bf16"
+
+
 def test_nvfp4_gemms_run_at_blackwells_fp4_peak_and_move_half_bytes() -> None:
     from placer.cost.compute import gemm_times
 

@@ -405,13 +405,22 @@ GEMM_OUTPUT_BYTES = 2
 # NVFP4 operands: a 4-bit E2M1 value per element plus one FP8 E4M3 scale per 16-element block
 # (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025).
 NVFP4_OPERAND_BYTES = 0.5 + 1 / 16
-OPERAND_BYTES = {"fp8": 1.0, "fp4": NVFP4_OPERAND_BYTES}
+# MXFP8 operands: an E4M3 byte per element plus one E8M0 scale byte per 32-element block
+# (NVIDIA/TransformerEngine@41f6cbf docs/features/low_precision_training/mxfp8/mxfp8.rst,
+# "Data Format").
+MXFP8_OPERAND_BYTES = 1.0 + 1 / 32
+OPERAND_BYTES = {"fp8": 1.0, "mxfp8": MXFP8_OPERAND_BYTES, "fp4": NVFP4_OPERAND_BYTES}
 
 
 def linear_precision(job: Job, options: CostOptions) -> str:
     """The precision the linear layers' GEMMs run in: NVFP4 under an NVFP4 recipe
-    (``CostOptions.fp4_gemms``), else the job's. MFU stays of the job's precision's peak."""
-    return "fp4" if options.fp4_gemms and job.precision == "fp8" else job.precision
+    (``CostOptions.fp4_gemms``), MXFP8 under an MXFP8 one (``CostOptions.mxfp8_gemms``), else
+    the job's. MFU stays of the job's precision's peak."""
+    if job.precision != "fp8":
+        return job.precision
+    if options.fp4_gemms:
+        return "fp4"
+    return "mxfp8" if options.mxfp8_gemms else job.precision
 
 
 @lru_cache(maxsize=65536)

@@ -143,6 +143,10 @@ class CostOptions:
     """An FP8 job's linear-layer GEMMs in NVFP4 (Transformer Engine's NVFP4 recipe) on GPUs with
     FP4 tensor cores (profile.FP4_OVER_FP8_PEAK); attention and the output layer keep the
     job's precision, and MFU stays of its peak."""
+    mxfp8_gemms: bool = False
+    """An FP8 job's linear-layer GEMMs under MXFP8 block scaling (Transformer Engine's
+    MXFP8BlockScaling, Blackwell): block-scaled GEMMs, slower than per-tensor-scaled FP8 ones
+    by profile.MXFP8_GEMM_TIME_RATIO; attention and the output layer as ``fp4_gemms``."""
     cuda_graphs: bool = False
     """The whole iteration is captured in CUDA graphs (Megatron ``cuda_graph_impl=full_iteration``):
     kernels replay without host launches, so no layer waits on the CPU (compute.pass_times)."""

@@ -140,9 +140,21 @@ GEMM_SUSTAINED_FRACTION = 0.837
 # glennklockwood.com/garden/processors/B200 (docs/sources.md 5.3). No MAMF measurement of FP4
 # exists in the MAMF table, so FP4 GEMMs sustain FP8's fraction of their peak (Calibration).
 FP4_OVER_FP8_PEAK = {"B200": 2.0, "GB200": 2.0}
-# Precisions whose GEMMs run on the low-precision tensor cores: "fp8" (a job's FP8 recipe) and
-# "fp4" (its linear layers in NVFP4, CostOptions.fp4_gemms).
-LOW_PRECISIONS = ("fp8", "fp4")
+# Time of an MXFP8 GEMM (E4M3 with one E8M0 scale per 32 elements, block-scaled tensor-core MMA)
+# over a per-tensor-scaled FP8 GEMM of the same shape, both with inputs already quantised:
+# Transformer Engine's GEMM benchmark on a B300 (NVIDIA/TransformerEngine@8f2e635
+# docs/examples/gemm_profiling/gemm_profiling.rst, "Autocast vs Pre-quantized", a 4096-hidden,
+# 16384-FFN layer at 15,872 tokens, ``--pre-quantize``): 7.161 ms per layer's 12 GEMMs against
+# FP8 current scaling's 6.812 (fprop 2.365 / 2.158, dgrad 2.397 / 2.329, wgrad 2.400 / 2.325).
+# Kernel time only, as the MAMF ceilings it scales are (per-tensor-scaled torch._scaled_mm on
+# quantised inputs): placer prices no recipe's quantisation passes, which the fitted
+# GEMM_SUSTAINED_FRACTION carries for every recipe alike. B300 keeps B200's dense FP8 peak, so
+# the ratio is taken for the Blackwell family, the only GPUs with MXFP8 tensor cores.
+MXFP8_GEMM_TIME_RATIO = 7.161 / 6.812
+# Precisions whose GEMMs run on the low-precision tensor cores: "fp8" (a job's FP8 recipe),
+# "mxfp8" (its linear layers under MXFP8 block scaling, CostOptions.mxfp8_gemms) and "fp4" (its
+# linear layers in NVFP4, CostOptions.fp4_gemms).
+LOW_PRECISIONS = ("fp8", "mxfp8", "fp4")
 # Die families with Hopper's tensor-memory accelerator and warpgroup MMA, which FlashAttention-3
 # and cuDNN's fused attention use and FlashAttention-2 does not (compute.FA2_RELATIVE_THROUGHPUT).
 HOPPER_CLASS_FAMILIES = frozenset({"H100", "B200"})
@@ -364,9 +376,12 @@ class Calibration:
 
     def gemm_efficiency(self, precision: str) -> float:
         """Sustained fraction of ``precision``'s peak for large GEMMs. FP4 has no MAMF
-        measurement: it takes FP8's fraction (an assumption)."""
+        measurement: it takes FP8's fraction (an assumption). MXFP8's block-scaled GEMMs run
+        MXFP8_GEMM_TIME_RATIO slower than the per-tensor-scaled FP8 ones MAMF measures."""
         if precision in LOW_PRECISIONS and self.peak_fp8_flops is not None:
             ceiling = self.gemm.fp8_max_efficiency or self.gemm.max_efficiency
+            if precision == "mxfp8":
+                ceiling /= MXFP8_GEMM_TIME_RATIO
         else:
             ceiling = self.gemm.max_efficiency
         return ceiling * self.gemm_sustained_fraction

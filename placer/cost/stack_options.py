@@ -59,6 +59,9 @@ def options_for(job: Job, stack: Stack | None,
     # None: the allocator as placer's launch env.sh configures it (spec/runtime.py).
     updates["expandable_segments"] = (LAUNCH_EXPANDABLE_SEGMENTS if runtime.expandable_segments
                                       is None else runtime.expandable_segments)
+    if runtime.fp8_recipe == "mxfp8":
+        # block-scaled GEMMs (profile.MXFP8_GEMM_TIME_RATIO)
+        updates["mxfp8_gemms"] = True
     if runtime.cross_entropy_impl is not None:
         updates["cross_entropy_impl"] = runtime.cross_entropy_impl
     if runtime.torch_compile:

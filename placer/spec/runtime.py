@@ -85,7 +85,9 @@ class Runtime(Spec):
         "--grad-reduce-in-bf16); None: the stack's")
     fp8_recipe: Fp8Recipe | None = Field(
         default=None, description="FP8 scaling recipe, checked against the stack; every recipe "
-        "keeps 1-byte GEMM inputs, and its scale tensors (under 4 %) are not priced")
+        "keeps 1-byte GEMM inputs, and its scale tensors (under 4 %) are not priced in memory; "
+        "mxfp8's block-scaled GEMMs run 5 % slower than per-tensor-scaled ones (Transformer "
+        "Engine's B300 GEMM benchmark)")
     cross_entropy_impl: Literal["native", "te", "flash_attn"] | None = Field(
         default=None, description="fused cross-entropy kernel (Megatron --cross-entropy-loss-fusion"
         " --cross-entropy-fusion-impl): native (Megatron's, fp32), te (Transformer Engine's, in "
