@@ -311,7 +311,7 @@ def report(outcomes: list[Outcome]) -> int:
           f"{sum(o.rank.isdigit() and int(o.rank) <= 5 for o in outcomes)}")
     if errors:
         print(f"estimate error on the recipes: mean {sum(errors) / len(errors):.1%}, max "
-              f"{max(errors):.1%} (the model's measured error used for ties: {MODEL_ERROR:.0%})")
+              f"{max(errors):.1%} (the model's measured error used for ties: {MODEL_ERROR:.1%})")
     if gains:
         ties = sum(g < MODEL_ERROR for g in gains)
         print(f"#1 over the recipe: median {sorted(gains)[len(gains) // 2]:+.1%}, max "
