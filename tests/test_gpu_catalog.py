@@ -22,7 +22,7 @@ ADDED = ["H800", "A800-80GB", "H20", "L4", "B300", "GB300", "MI300X", "MI325X", 
          "V100-SXM2-32GB", "RTX-4090"]
 AMD = ["MI300X", "MI325X", "MI355X"]
 FIGURES = ("memory_bytes", "usable_memory_bytes", "bf16_flops", "fp8_flops",
-           "hbm_bandwidth_bytes_per_s")
+           "hbm_bandwidth_bytes_per_s", "mxfp8_tensor_cores")
 SOURCES = Path(__file__).resolve().parents[1] / "docs" / "sources.md"
 
 
@@ -58,7 +58,7 @@ def test_every_figure_line_cites_a_defined_source() -> None:
         assert cited, f"no source tag on: {line}"
         assert cited <= tags, f"undefined tag {cited - tags} on: {line}"
         checked += 1
-    assert checked >= 4 * len(gpu_names()) - 10  # every part has its four or five figures
+    assert checked >= 4 * len(gpu_names()) - 10  # every part has its four to six figures
 
 
 def test_sources_note_covers_each_added_part_and_tag() -> None:
@@ -212,3 +212,35 @@ def test_presets_lists_each_part_with_its_library_and_16_bit_format(
     assert "125 (FP16)" in rows["V100-SXM2-32GB"]
     assert all("RCCL" in rows[name] for name in AMD)
     assert "NCCL" in rows["H800"] and "RCCL" not in rows["H800"]
+
+
+def test_mxfp8_tensor_cores_are_blackwells_and_amd_is_unknown() -> None:
+    # Transformer Engine's MXFP8 runs on SM 10.0 (B200, GB200) and 10.3 (B300, GB300) only.
+    flags = {name: gpu_preset(name).mxfp8_tensor_cores for name in gpu_names()}
+    assert {name for name, flag in flags.items() if flag} == {"B200", "GB200", "B300", "GB300"}
+    assert {name for name, flag in flags.items() if flag is None} == set(AMD)
+
+
+def _mxfp8_job(tmp_path: Path) -> str:
+    job = tmp_path / "job.yaml"
+    job.write_text("seq_len: 8192\nglobal_batch_size: 64\nprecision: fp8\n"
+                   "stack: megatron-core@0.20\nruntime: {fp8_recipe: mxfp8}\n")
+    return str(job)
+
+
+def test_an_mxfp8_job_on_hopper_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = ["--layout", "tp=1,pp=1,dp=8,mbs=1,zero=1"]
+    args = ["estimate", "--model", "llama3-8b", "--nodes", "1", "--job", _mxfp8_job(tmp_path)]
+    code, text = _run([*args, "--cluster", "dgx-h100", *layout], capsys)
+    assert code == 2
+    assert text.strip().splitlines() == [
+        "error: runtime.fp8_recipe: 'mxfp8' is not valid; H100-SXM-80GB has no MXFP8 tensor "
+        "cores (Transformer Engine's mxfp8 recipe needs Blackwell, SM 10.0 or 10.3): use "
+        "tensorwise, delayed or blockwise"]
+    code, text = _run([*args, "--cluster", "dgx-b200", *layout], capsys)
+    assert code == 0 and "MXFP8" not in text
+    # unknown to placer's sources: warned, not refused
+    code, text = _run([*args, "--cluster", "dgx-b200", "--gpu", "MI355X", *layout], capsys)
+    assert code == 0
+    assert "warning: MI355X: not known to have MXFP8 tensor cores" in text

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from placer.errors import InputError
 from placer.report.defaults import (
     NO_KNOBS,
     JobKnobs,
@@ -124,7 +125,13 @@ def load_job_inputs(model_ref: str, cluster_ref: str, *, nodes: int | None,
     job, job_used = resolve_job(model, seq_len=seq_len, global_batch=global_batch,
                                 constraints=tuple(constraints), precision=precision,
                                 knobs=knobs, gpu_capacity_bytes=capacity)
+    recipe = job.runtime.fp8_recipe
+    for t in cluster.node_types:
+        if (problem := t.gpu.fp8_recipe_problem(recipe)) is not None:
+            raise InputError("runtime.fp8_recipe", recipe, problem)
     warnings = [*_gpu_swap_warnings(given, cluster), *job_warnings(job)]
+    warnings += sorted({note for t in cluster.node_types
+                        if (note := t.gpu.fp8_recipe_note(recipe)) is not None})
     warnings += sorted({note for t in cluster.node_types
                         if (note := t.gpu.precision_note(job.precision)) is not None})
     warnings += sorted({note for t in cluster.node_types

@@ -30,6 +30,12 @@ class GPU(Spec):
         description="nccl for NVIDIA GPUs; rccl for AMD Instinct GPUs (ROCm), whose launch "
         "environment placer does not write",
     )
+    mxfp8_tensor_cores: bool | None = Field(
+        default=None,
+        description="block-scaled MXFP8 tensor-core GEMMs (Blackwell, SM 10.0 and 10.3), which "
+        "Transformer Engine's mxfp8 recipe needs; null: not known, so a job that asks for it is "
+        "warned, not refused",
+    )
     half_precision_dtype: Literal["bf16", "fp16"] = Field(
         default="bf16",
         description="the 16-bit tensor-core format bf16_flops measures: fp16 on parts without "
@@ -45,6 +51,23 @@ class GPU(Spec):
     @property
     def capacity_bytes(self) -> int:
         return self.usable_memory_bytes or self.memory_bytes
+
+    def fp8_recipe_problem(self, recipe: str | None) -> str | None:
+        """Why this part cannot run FP8 ``recipe``, or None. Transformer Engine's MXFP8 recipe
+        runs on SM 10.0 and 10.3 only (its docs/features/low_precision_training/mxfp8/mxfp8.rst,
+        "Supported devices"): a part known to lack MXFP8 tensor cores refuses it."""
+        if recipe == "mxfp8" and self.mxfp8_tensor_cores is False:
+            return (f"{self.name} has no MXFP8 tensor cores (Transformer Engine's mxfp8 recipe "
+                    "needs Blackwell, SM 10.0 or 10.3): use tensorwise, delayed or blockwise")
+        return None
+
+    def fp8_recipe_note(self, recipe: str | None) -> str | None:
+        """A warning when it is not known whether this part runs FP8 ``recipe``, or None."""
+        if recipe == "mxfp8" and self.mxfp8_tensor_cores is None:
+            return (f"{self.name}: not known to have MXFP8 tensor cores (gpu.mxfp8_tensor_cores "
+                    "is unset); the estimate assumes it does (Transformer Engine's mxfp8 recipe "
+                    "needs Blackwell, SM 10.0 or 10.3)")
+        return None
 
     def precision_note(self, precision: str) -> str | None:
         """What runs instead of the job's precision on this part, or None when it runs as asked.
