@@ -283,11 +283,37 @@ FRAMEWORK_RECOMPUTE = dict.fromkeys(MEGATRON_BRIDGE_SOURCES, (
 # activation on every GPU type (NVIDIA-NeMo/Megatron-Bridge@00919dcf1fe13c0acf65e131f244378f0a6cd2b5
 # scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, B200/GB200/H100 V1 and
 # the V2 configs derived from them: recompute_modules=["layernorm", "moe_act"]).
-BRIDGE_RECOMPUTE_MODULES = {"gptoss": ("layernorm", "moe_act")}
+BRIDGE_RECOMPUTE_MODULES = {"gptoss": ("layernorm", "moe_act"),
+                            # DeepSeek-V3's recompute MLA's up-projections on B200 and GB200 in
+                            # every release (v0.2.1 scripts/performance/configs/deepseek/
+                            # workload_base_configs.py DEEPSEEK_V3_{GB200,B200}_BASE_CONFIG;
+                            # v0.3.0 to v0.5.1 deepseek_workload_base_configs.py
+                            # DEEPSEEK_V3_PRETRAIN_CONFIG_{GB200,B200}_V1 and GB200_FP8_MX_V1;
+                            # v0.6.0 perf_recipes/deepseek/gb200/deepseek_v3.py fp8mx config:
+                            # recompute_modules=["mla_up_proj"])...
+                            "deepseekv3": ("mla_up_proj",)}
+# ...except GB200's FP8 configs of 26.04 (v0.4.0 and v0.4.1 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1,
+# which GB200_FP8_MX_V1 aliases: recompute_modules=["mlp"]; its BF16 config sets mla_up_proj
+# back). (model, GPU, release, FP8 only) -> modules.
+BRIDGE_RECOMPUTE_BY_RELEASE = {("deepseekv3", "gb200", (26, 4), True): ("mlp",)}
 # ...but its GB200 FP8-MX full-iteration config recomputes nothing (recompute_modules=[]: v0.5.0
 # fcbb603 GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2; v0.6.0
 # gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config): the config bridge_graphs marks.
 BRIDGE_GRAPHED_NO_RECOMPUTE = ("gptoss120b",)
+
+
+def bridge_recompute_modules(record: dict[str, Any]) -> tuple[str, ...] | None:
+    """The modules a Megatron-Bridge performance config recomputes for a record's model, GPU,
+    release and precision (BRIDGE_RECOMPUTE_BY_RELEASE, else BRIDGE_RECOMPUTE_MODULES)."""
+    name = _slug(record["model"]["name"])
+    release = re.search(r"\b(\d\d)\.(\d\d)", record.get("source_locator") or "")
+    gpu = record["hardware"]["gpu_type"].lower().split()[0]
+    fp8 = any(word in (record.get("precision") or "").lower() for word in ("fp8", "fp4"))
+    for (model, on, version, fp8_only), modules in BRIDGE_RECOMPUTE_BY_RELEASE.items():
+        if (model in name and gpu == on and release is not None
+                and (int(release[1]), int(release[2])) == version and (fp8 or not fp8_only)):
+            return modules
+    return next((m for key, m in BRIDGE_RECOMPUTE_MODULES.items() if key in name), None)
 
 
 def recompute_mode(text: str | None) -> tuple[str, list[str]]:
@@ -410,8 +436,7 @@ def case_for(record: dict[str, Any]) -> Case:
         recompute = "op"
         rnotes.append("selective = torchtitan's op-level SAC (selective_ac_option 'op')")
     modules = layout_rec.get("recompute_modules")
-    bridge_modules = next((m for name, m in BRIDGE_RECOMPUTE_MODULES.items()
-                           if name in _slug(record["model"]["name"])), None)
+    bridge_modules = bridge_recompute_modules(record)
     graphed_no_recompute = bridge_graphs(record)[0] and any(
         name in _slug(record["model"]["name"]) for name in BRIDGE_GRAPHED_NO_RECOMPUTE)
     if rnotes and record["source_id"] in MEGATRON_BRIDGE_SOURCES and graphed_no_recompute:
@@ -420,7 +445,7 @@ def case_for(record: dict[str, Any]) -> Case:
     elif rnotes and record["source_id"] in MEGATRON_BRIDGE_SOURCES and bridge_modules:
         recompute, modules = "selective", list(bridge_modules)
         rnotes = [f"default: selective recompute of {', '.join(bridge_modules)}, as "
-                  "Megatron-Bridge's GPT-OSS performance configs"]
+                  "Megatron-Bridge's performance config of this model and release"]
     elif rnotes and record["source_id"] in FRAMEWORK_RECOMPUTE:
         rnotes = [f"default: recompute not stated: none, as "
                   f"{FRAMEWORK_RECOMPUTE[record['source_id']]}"]
@@ -652,7 +677,8 @@ PYTORCH_FSDP_SOURCES = TORCHTITAN_SOURCES | AUTOMODEL_SOURCES | {"LLMFOUNDRY_MPT
 # recompute_modules = []). (model, GPU, first release, CuTeDSL grouped MLP.)
 BRIDGE_FULL_ITERATION_GRAPHS = (("qwen330ba3b", "gb200", (26, 6), True),
                                 ("gptoss120b", "gb200", (26, 6), True),
-                                ("qwen3235ba22b", "gb200", (26, 6), True))
+                                ("qwen3235ba22b", "gb200", (26, 6), True),
+                                ("deepseekv3", "gb200", (26, 6), True))
 # Layout fields that tell a full-iteration config apart from its model's other configs on that
 # GPU: Qwen3-235B-A22B's 256-GPU GB200 FP8-MX V2 config (PP 8, VPP 3, EP 32) runs full-iteration
 # graphs and the CuTeDSL grouped MLP from the same commit on (@55443cb; v0.5.0 fcbb603 and v0.5.1

@@ -81,3 +81,37 @@ def test_gpt_oss_gb200_mxfp8_full_iteration_config_fuses_the_mlp_and_recomputes_
         case = accuracy.case_for(record)
         assert case.layout.recompute == "selective"
         assert case.layout.recompute_modules == ("layernorm", "moe_act")
+
+
+def _deepseek_bridge_rows() -> list[dict]:
+    return [r for r in RECORDS if r["source_id"] in accuracy.MEGATRON_BRIDGE_SOURCES
+            and "deepseekv3" in accuracy._slug(r["model"]["name"])]
+
+
+def test_deepseek_v3_gb200_mxfp8_graphs_from_26_06() -> None:
+    """v0.5.0/v0.5.1 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 and v0.6.0's
+    deepseek_v3_pretrain_256gpu_gb200_fp8mx_config: full-iteration graphs and the CuTeDSL
+    grouped MLP; v0.4.x aliases GB200_V1 (TE-scoped graphs); B200 never graphs the iteration."""
+    gb200 = [r for r in _deepseek_bridge_rows()
+             if r["hardware"]["gpu_type"].lower().startswith("gb200")
+             and "mx" in r["precision"].lower().split()[0]]
+    late = [r for r in gb200 if _release(r) >= (26, 6)]
+    assert len(late) == 3
+    assert all(accuracy.bridge_graphs(r) == (True, True) for r in late)
+    assert not any(accuracy.bridge_graphs(r)[0] for r in gb200 if _release(r) < (26, 6))
+    b200 = [r for r in _deepseek_bridge_rows()
+            if r["hardware"]["gpu_type"].lower().startswith("b200")]
+    assert b200 and not any(accuracy.bridge_graphs(r)[0] for r in b200)
+
+
+def test_deepseek_v3_recomputes_mla_up_proj_except_gb200_fp8_of_26_04() -> None:
+    """Every release's B200/GB200 DeepSeek-V3 config recomputes mla_up_proj, except GB200_V1 of
+    v0.4.x (26.04, aliased by GB200_FP8_MX_V1), which recomputes mlp."""
+    rows = _deepseek_bridge_rows()
+    assert len(rows) >= 10
+    for record in rows:
+        case = accuracy.case_for(record)
+        gb200_2604 = (record["hardware"]["gpu_type"].lower().startswith("gb200")
+                      and _release(record) == (26, 4))
+        assert case.layout.recompute == "selective"
+        assert case.layout.recompute_modules == (("mlp",) if gb200_2604 else ("mla_up_proj",))
