@@ -304,3 +304,31 @@ def test_uneven_pipeline_splits_need_megatron_flags(tmp_path: Path, split: str,
         assert findings == []
     else:
         assert len(findings) == 1 and problem in findings[0].message
+
+
+MXFP8_SCRIPT = (
+    "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 1 \\\n"
+    "  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --num-query-groups 8 \\\n"
+    "  --ffn-hidden-size 14336 --seq-length 8192 --max-position-embeddings 8192 \\\n"
+    "  --micro-batch-size 1 --global-batch-size 128 --use-distributed-optimizer \\\n"
+    "  --bf16 --fp8-format hybrid --fp8-recipe {recipe}\n")
+
+
+def test_fp8_recipe_mxfp8_is_refused_on_hopper_and_read_on_blackwell(tmp_path: Path) -> None:
+    """Transformer Engine runs MXFP8 on SM 10.0/10.3 only (mxfp8.rst, "Supported devices")."""
+    script = tmp_path / "train.sh"
+    script.write_text(MXFP8_SCRIPT.format(recipe="mxfp8"))
+    assert parse_megatron(script, script.read_text()).settings.fp8_recipe == "mxfp8"
+    refused = only(run_check(script, cluster="dgx-h100", nodes=1), "framework-refuses")
+    assert refused.line == 5
+    assert "H100-SXM-80GB has no MXFP8 tensor cores" in refused.message
+    assert "framework-refuses" not in rule_ids(run_check(script, cluster="dgx-b200", nodes=1))
+
+
+def test_fp8_recipe_tensorwise_passes_and_custom_is_a_note(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(MXFP8_SCRIPT.format(recipe="tensorwise"))
+    assert "framework-refuses" not in rule_ids(run_check(script, cluster="dgx-h100", nodes=1))
+    parsed = parse(MXFP8_SCRIPT.format(recipe="custom"))
+    assert parsed.settings.fp8_recipe is None
+    assert any(n.startswith("--fp8-recipe custom: not a recipe placer models") for n in parsed.notes)

@@ -15,6 +15,7 @@ from placer.spec.cluster import Cluster
 from placer.spec.job import Job
 from placer.spec.model import Model
 from placer.spec.results import RankEntry
+from placer.spec.runtime import Fp8Recipe
 
 ConfigKind = Literal["megatron", "megatron-deepspeed", "torchtitan", "deepspeed", "gpt-neox",
                      "nemo", "plan", "layout", "other"]
@@ -80,6 +81,9 @@ class Settings:
     """DeepSpeed's pipeline partitioning (``type:transformer|embedding``, ``uniform``,
     ``parameters``); None: Megatron's even split of the layers."""
     precision: Literal["bf16", "fp8"] = "bf16"
+    fp8_recipe: Fp8Recipe | None = None
+    """Megatron's --fp8-recipe under FP8 (runtime.fp8_recipe); None: not given (Megatron's
+    default, delayed scaling) or a recipe placer does not model (custom)."""
     fp8_param_gather: bool = False
     grad_reduce_bf16: bool = False
     optimizer_offload: bool = False

@@ -401,6 +401,7 @@ def _job(ctx: _Context, layout: Layout) -> tuple[Job, bool]:
         known = True
     runtime = Runtime(grad_reduce_dtype="bf16" if s.grad_reduce_bf16 else None,
                       fp8_param_gather=s.fp8_param_gather and s.precision == "fp8",
+                      fp8_recipe=s.fp8_recipe if s.precision == "fp8" else None,
                       cross_entropy_impl="te" if s.cross_entropy_impl == "te" else None,
                       expandable_segments=_expandable_segments(ctx),
                       torch_compile=bool(s.compile_components))
@@ -478,6 +479,11 @@ def _check_layout(ctx: _Context, layout: Layout, candidate: PlanCandidate | None
                 f"tp*cp*dp = {layout.tp * layout.cp * layout.dp}", ctx.parsed.path,
                 ctx.parsed.line_of("ep", "etp"), candidate=index))
         return findings
+    for gpu in {t.gpu.name: t.gpu for t in ctx.cluster.node_types}.values():
+        if (refusal := gpu.fp8_recipe_problem(job.runtime.fp8_recipe)) is not None:
+            findings.append(finding("framework-refuses", f"fp8_recipe = "
+                                    f"{job.runtime.fp8_recipe}: {refusal}", ctx.parsed.path,
+                                    ctx.parsed.line_of("fp8_recipe"), candidate=index))
     grid = MeshGrid(layout, candidate.order if candidate else ctx.parsed.order)
     if placed is None:
         placed = _natural(ctx, grid)
