@@ -331,4 +331,5 @@ def test_fp8_recipe_tensorwise_passes_and_custom_is_a_note(tmp_path: Path) -> No
     assert "framework-refuses" not in rule_ids(run_check(script, cluster="dgx-h100", nodes=1))
     parsed = parse(MXFP8_SCRIPT.format(recipe="custom"))
     assert parsed.settings.fp8_recipe is None
-    assert any(n.startswith("--fp8-recipe custom: not a recipe placer models") for n in parsed.notes)
+    assert any(note.startswith("--fp8-recipe custom: not a recipe placer models")
+               for note in parsed.notes)
