@@ -274,3 +274,66 @@ def test_bridge_runs_the_overrides_on_recipes_with_and_without_comm_overlap(
         assert doc["comm_overlap"]["tp_comm_overlap"], case.id
     assert doc["comm_overlap"]["overlap_moe_expert_parallel_comm"]
     bridge_applies(cases + extra, tmp_path)
+
+
+def test_fp8_recipes_reach_megatron_core_and_bridge(tmp_path: Path) -> None:
+    """The job's FP8 recipe is what megatron-core's TransformerConfig gets from megatron_args.sh
+    (--fp8-format, --fp8-recipe) and what the Megatron-Bridge recipe named in the overrides
+    sets (read from Bridge's own mixed_precision.py); without a recipe, Megatron's default."""
+    need("megatron-core")
+    src = megatron_bridge_src()
+    model, cluster = model_preset("llama3-8b"), small_cluster(1, 8, gpu="B200")
+    layout = Layout(tp=2, dp=4, zero_stage=1, sequence_parallel=True)
+    cases, manifest = {}, []
+    for recipe in (None, *megatron.FP8_RECIPES):
+        job = Job(name=f"fp8-{recipe}", seq_len=4096, global_batch_size=64, precision="fp8",
+                  runtime=Runtime(fp8_recipe=recipe))
+        case = write_case(tmp_path / str(recipe), str(recipe),
+                          plan(model, cluster, [candidate(model, cluster, job, layout)], job=job))
+        assert {megatron.FILE, "megatron_bridge_overrides.yaml"} <= set(case.written)
+        cases[str(recipe)] = recipe
+        manifest.append({"id": str(recipe), "dir": str(case.folder), "world_size": 8,
+                         "model": _model(case)})
+    env = {"PLACER_MEGATRON_BRIDGE_SRC": str(src)} if src else None
+    results = run_worker("megatron_accept.py", [], manifest, tmp_path, env=env)
+    for case_id, recipe in cases.items():
+        got = results[case_id]
+        assert "error" not in got, (case_id, got["error"])
+        assert got["config"]["fp8_recipe"] == (recipe or "delayed"), case_id
+        assert got["config"]["fp8"] == ("e4m3" if recipe == "mxfp8" else "hybrid"), case_id
+        if src is None:
+            continue
+        bridge = got["bridge"]
+        assert "error" not in bridge and not bridge.get("unknown"), (case_id, bridge)
+        assert bridge["mixed_precision_settings"]["fp8_recipe"] == (recipe or "delayed")
+    if src is None:
+        missing("no Megatron-Bridge source: its recipes' FP8 settings were not checked")
+
+
+def test_bridge_recipe_table_is_bridges_own() -> None:
+    """placer's table of Bridge's named mixed-precision recipes (read by check, written by
+    launch) names every recipe Bridge registers, with the FP8 (or FP4) recipe its function
+    sets, as Bridge's own source says."""
+    import importlib.util
+
+    from placer.dialects import megatron_bridge
+
+    src = megatron_bridge_src()
+    if src is None:
+        missing("no Megatron-Bridge source (.ci/run unpacks megatron-bridge 0.3.1)")
+    spec = importlib.util.spec_from_file_location(
+        "megatron_accept", Path(__file__).parent / "frameworks" / "megatron_accept.py")
+    assert spec is not None and spec.loader is not None
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    text = (src / "megatron/bridge/training/mixed_precision.py").read_text()
+    registered = [line.split("def ", 1)[1].split("(", 1)[0] for line, previous in zip(
+        text.splitlines()[1:], text.splitlines(), strict=False) if previous == "@register"]
+    assert sorted(registered) == sorted(megatron_bridge.MIXED_PRECISION_RECIPES)
+    for name, recipe in megatron_bridge.MIXED_PRECISION_RECIPES.items():
+        settings = worker.recipe_settings(src, name)
+        sets = (settings.get("fp4_recipe") if settings.get("fp4") else
+                settings.get("fp8_recipe") if settings.get("fp8") else None)
+        assert sets == recipe, (name, settings)
+    for recipe, name in megatron_bridge.FP8_RECIPE_NAMES.items():
+        assert megatron_bridge.MIXED_PRECISION_RECIPES[name] == (recipe or "delayed")

@@ -93,6 +93,11 @@ FSDP_STRATEGY = {zero: strategy for strategy, zero in SHARDING_ZERO.items() if z
 # arguments.py L638, core_v0.15.3 L718, core_v0.16.1 L690 ("Megatron FSDP only supports
 # fsdp_dtensor checkpoint format"); the format is a --ckpt-format choice from 0.14.0 on.
 FSDP_CKPT_FORMAT = "fsdp_dtensor"
+# --fp8-recipe's choices (default delayed), Megatron-LM core_v0.16.1 megatron/training/
+# arguments.py _add_transformer_engine_args; newer releases add "custom" (a user recipe class,
+# which check reads as FP8 with a note). --fp8-format e4m3 for mxfp8, as Megatron-Bridge's
+# bf16_with_mxfp8_mixed recipe sets it (0.3.1 training/mixed_precision.py L249), hybrid else.
+FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise")
 # --use-megatron-fsdp first appears in core_v0.14.0 (arguments.py L2425); 0.13 has only the
 # older --use-custom-fsdp (core_v0.13.1 L646).
 FSDP_SINCE = "0.14"
@@ -163,6 +168,10 @@ def refusals(placed: Placed, version: str) -> list[Refusal]:
     if layout.pp > 1 and layout.pipeline_schedule not in SCHEDULES:
         out.append(f"runs the {'/'.join(SCHEDULES)} pipeline schedules only (schedules.py "
                    f"get_forward_backward_func); the plan uses {layout.pipeline_schedule}")
+    recipe = placed.plan.job.runtime.fp8_recipe
+    if placed.plan.job.precision == "fp8" and recipe is not None and recipe not in FP8_RECIPES:
+        out.append(f"has no --fp8-recipe {recipe} (its choices: {', '.join(FP8_RECIPES)}; "
+                   "arguments.py _add_transformer_engine_args); use one of them")
     if layout.recompute == "op":
         out.append("has no per-op selective recomputation (recompute=op is torchtitan's); use "
                    "recompute=selective with --recompute-modules")
@@ -319,7 +328,10 @@ def args(placed: Placed, runtime: dict[str, object]) -> list[tuple[str, ...]]:
         out.append(("--num-distributed-optimizer-instances", str(layout.zero_replicas)))
     out.append(("--bf16",))
     if plan.job.precision == "fp8":
-        out.append(("--fp8-format", "hybrid"))
+        recipe = plan.job.runtime.fp8_recipe
+        out.append(("--fp8-format", "e4m3" if recipe == "mxfp8" else "hybrid"))
+        if recipe is not None:
+            out.append(("--fp8-recipe", recipe))
     out += runtime_args(runtime)
     flag = fit(placed).flag
     if flag:

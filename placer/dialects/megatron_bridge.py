@@ -25,6 +25,42 @@ _MODEL_RENAMES = {"decoder_first_pipeline_num_layers": "num_layers_in_first_pipe
                   "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
 
 
+# Bridge 0.3.1's named mixed-precision recipes (training/mixed_precision.py, @register) and the
+# FP8 recipe each sets (cfg.fp8_recipe; "nvfp4": cfg.fp4_recipe, an FP4 recipe; None: no FP8).
+# tests/test_bridge_mixed_precision.py reads them back from Bridge's own source.
+MIXED_PRECISION_RECIPES: dict[str, str | None] = {
+    "bf16_mixed": None, "fp16_mixed": None,
+    "bf16_with_fp8_delayed_scaling_mixed": "delayed",
+    "fp16_with_fp8_delayed_scaling_mixed": "delayed",
+    "bf16_with_mxfp8_mixed": "mxfp8", "fp16_with_mxfp8_mixed": "mxfp8",
+    "bf16_with_fp8_current_scaling_mixed": "tensorwise",
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": "tensorwise",
+    "nanov2_bf16_with_fp8_current_scaling_mixed": "blockwise",
+    "fp16_with_fp8_current_scaling_mixed": "tensorwise",
+    "bf16_with_fp8_subchannel_scaling_mixed": "blockwise",
+    "fp16_with_fp8_subchannel_scaling_mixed": "blockwise",
+    "bf16_with_nvfp4_mixed": "nvfp4",
+}
+# The recipe written for a job's FP8 recipe (None: Megatron's default, delayed scaling). Each
+# sets fp8_param_gather = True (L219, L252, L289, L370), and current scaling keeps the first and
+# last Transformer layer in BF16 (first_last_layers_bf16, L286-288).
+FP8_RECIPE_NAMES: dict[str | None, str] = {
+    None: "bf16_with_fp8_delayed_scaling_mixed",
+    "delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "tensorwise": "bf16_with_fp8_current_scaling_mixed",
+    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+}
+
+
+def mixed_precision_recipe(precision: str, fp8_recipe: str | None) -> str | None:
+    """The Bridge recipe name for the job's precision and FP8 recipe; None when Bridge has none
+    (megatron.refusals says why)."""
+    if precision != "fp8":
+        return "bf16_mixed"
+    return FP8_RECIPE_NAMES.get(fp8_recipe)
+
+
 def refusals(placed: Placed, version: str) -> list[Refusal]:
     """Bridge's own rule, and what the megatron-core it runs refuses (same schedules,
     recomputation and FSDP as Megatron-LM's training loop)."""
@@ -86,8 +122,8 @@ def overrides(placed: Placed, runtime: dict[str, object]) -> dict[str, object]:
     }
     # A named MixedPrecisionConfig recipe (training/mixed_precision.py): bf16_mixed sets bf16,
     # params_dtype and pipeline_dtype = bfloat16 (L172-182); PP needs pipeline_dtype.
-    out["mixed_precision"] = ("bf16_with_fp8_delayed_scaling_mixed"
-                              if plan.job.precision == "fp8" else "bf16_mixed")
+    out["mixed_precision"] = mixed_precision_recipe(plan.job.precision,
+                                                    plan.job.runtime.fp8_recipe)
     if distributed and layout.zero_replicas > 1:
         out["ddp"]["num_distributed_optimizer_instances"] = layout.zero_replicas  # type: ignore[index]
     if fsdp:
@@ -134,12 +170,13 @@ TUNED_UB_NOTE = ("tp_comm_overlap_cfg: null is Transformer Engine's default user
                  "in the recipe script after the merge.")
 
 
-def recipe_notes(runtime: dict[str, object]) -> list[str]:
+def recipe_notes(runtime: dict[str, object], recipe: str | None) -> list[str]:
     """How comm_overlap is written (COMM_OVERLAP_TARGET), and what the named mixed-precision
-    recipe overrides: its setup() writes grad_reduce_in_fp32 (default True) and fp8_param_gather
-    (default False) into ddp and the model (Bridge 0.3.1 training/mixed_precision.py L42, L56,
-    L100-122), so a job priced with bf16 gradient reduction or FP8 weights needs a recipe that
-    sets them. ``runtime`` is ``megatron.runtime_settings``'s."""
+    ``recipe`` overrides: its setup() writes grad_reduce_in_fp32 (default True) and
+    fp8_param_gather into ddp and the model (Bridge 0.3.1 training/mixed_precision.py L42, L56,
+    L100-122); bf16_mixed leaves fp8_param_gather False, every FP8 recipe sets it True, and
+    current scaling keeps the first and last Transformer layer in BF16 (FP8_RECIPE_NAMES).
+    ``runtime`` is ``megatron.runtime_settings``'s."""
     notes = [COMM_OVERLAP_NOTE]
     if runtime.get("tp_comm_overlap"):
         notes.append(TUNED_UB_NOTE)
@@ -147,10 +184,14 @@ def recipe_notes(runtime: dict[str, object]) -> list[str]:
         notes.append("The estimate reduces gradients in bf16, but the mixed_precision recipe "
                      "below keeps grad_reduce_in_fp32: true: use a recipe with "
                      "grad_reduce_in_fp32 = False, or the launch reduces in fp32.")
-    if runtime.get("fp8_param_gather"):
-        notes.append("The estimate keeps FP8 weights, but the mixed_precision recipe below has "
-                     "fp8_param_gather: false: use a recipe with fp8_param_gather = True, or the "
-                     "launch keeps bf16 weights.")
+    fp8 = MIXED_PRECISION_RECIPES.get(recipe or "") is not None
+    if fp8 and not runtime.get("fp8_param_gather"):
+        notes.append(f"{recipe} sets fp8_param_gather = True, which the estimate did not price "
+                     "(runtime.fp8_param_gather): the launch keeps FP8 weights, less memory than "
+                     "estimated.")
+    if recipe == FP8_RECIPE_NAMES["tensorwise"]:
+        notes.append(f"{recipe} runs the first and last Transformer layer in BF16 "
+                     "(first_last_layers_bf16), which the estimate prices in FP8.")
     return notes
 
 

@@ -64,6 +64,60 @@ BASE_CONFIGS = {
     "deepseek-v3": "torchtitan.models.deepseek_v3.config_registry:deepseek_v3_671b",
 }
 
+# FP8 training as torchtitan's model converters (torchao), by release:
+# - 0.2 (TOML): ``[model] converters`` names registered in components/quantization/float8.py
+#   L238-239 and mx.py L171-172 (``quantize.linear.float8``, ``quantize.grouped_mm.float8``,
+#   ``quantize.linear.mx``, ``quantize.grouped_mm.mx``), options under ``[quantize.linear.float8]``
+#   (config/job_config.py L731-753: recipe_name None is tensorwise scaling, the only recipe with
+#   enable_fsdp_float8_all_gather; "rowwise" and "rowwise_with_gw_hp" also), the grouped ones on
+#   the modules named in ``fqns``. 0.1 named them ``float8`` / ``mx`` (check reads both).
+# - 0.3 (Python): converter classes of torchtitan.components.quantization, applied to the model
+#   config (model_registry: ``c.build().convert(config)``); Float8LinearConverter offers
+#   rowwise and rowwise_with_gw_hp only (float8.py L58), MXFP8LinearConverter the MX one.
+FP8_CONVERTERS = {
+    "0.2": {"linear": {"float8": "quantize.linear.float8", "mx": "quantize.linear.mx"},
+            "grouped": {"float8": "quantize.grouped_mm.float8", "mx": "quantize.grouped_mm.mx"}},
+    "0.3": {"linear": {"float8": "Float8LinearConverter", "mx": "MXFP8LinearConverter"},
+            "grouped": {"float8": "Float8GroupedExpertsConverter",
+                        "mx": "MXFP8GroupedExpertsConverter"}},
+}
+# Every converter name or class that quantises linear or expert GEMMs, by kind: the tables
+# above, 0.1's ``float8`` / ``mx`` (components/float8.py, components/mx.py
+# register_model_converter), and 0.3's NVFP4LinearConverter (components/quantization/nvfp4.py).
+CONVERTER_KINDS: dict[str, str] = {
+    "float8": "float8", "mx": "mx", "NVFP4LinearConverter": "nvfp4",
+    **{name: kind for series in FP8_CONVERTERS.values() for table in series.values()
+       for kind, name in table.items()},
+}
+# The FP8 recipes each release's float8 converter runs (mxfp8 is the mx converter's).
+FP8_RECIPES = {"0.2": ("tensorwise", "rowwise", "mxfp8"), "0.3": ("rowwise", "mxfp8")}
+# The recipe a job without one gets: torchao's default for the release's float8 converter.
+DEFAULT_FP8_RECIPE = {"0.2": "tensorwise", "0.3": "rowwise"}
+# torchtitan's MoE module whose grouped GEMMs the grouped converters quantise.
+EXPERTS_FQN = "experts"
+
+
+def fp8_recipe(placed: Placed, version: str) -> str | None:
+    """The FP8 recipe torchtitan ``version`` runs for the plan; None under BF16."""
+    if placed.plan.job.precision != "fp8":
+        return None
+    series = "0.3" if writes_python(version) else "0.2"
+    return placed.plan.job.runtime.fp8_recipe or DEFAULT_FP8_RECIPE[series]
+
+
+def fp8_converters(placed: Placed, version: str) -> list[str]:
+    """The converters (0.2 names, 0.3 classes) that run the plan's FP8: linear layers, and an
+    MoE model's grouped expert GEMMs (placer prices them in FP8 too)."""
+    recipe = fp8_recipe(placed, version)
+    if recipe is None:
+        return []
+    table = FP8_CONVERTERS["0.3" if writes_python(version) else "0.2"]
+    kind = "mx" if recipe == "mxfp8" else "float8"
+    names = [table["linear"][kind]]
+    if placed.plan.model.moe is not None:
+        names.append(table["grouped"][kind])
+    return names
+
 
 def fit(placed: Placed) -> OrderFit:
     return order_fit(placed, (ORDER,), "torchtitan")
@@ -117,10 +171,38 @@ def refusals(placed: Placed, version: str, file: str) -> list[Refusal]:
                    f"{layout.zero_replicas} replicas do not divide dp={layout.dp}")
     if layout.offload_layers:
         out.append("has no activation offloading to host memory (offload_layers)")
+    out += _fp8_refusals(placed, version)
     if layout.recompute_layers or layout.recompute_modules:
         out.append("recomputes whole blocks or per op, not chosen layers or modules "
                    "(recompute_layers / recompute_modules are Megatron's)")
     return [Refusal(file, TARGET, version, reason) for reason in out]
+
+
+def _fp8_refusals(placed: Placed, version: str) -> list[str]:
+    recipe = fp8_recipe(placed, version)
+    if recipe is None:
+        return []
+    key, layout = version_key(version), placed.layout
+    if key < version_key("0.2"):
+        return ["is written with FP8 converters for torchtitan 0.2 and newer only; use "
+                "--framework-version torchtitan=0.2 or newer"]
+    series = "0.3" if writes_python(version) else "0.2"
+    if recipe not in FP8_RECIPES[series]:
+        return [f"has no FP8 recipe {recipe} (its float8 and mx converters run "
+                f"{', '.join(FP8_RECIPES[series])}); set the job's runtime fp8_recipe to one"]
+    out = []
+    if series == "0.2" and placed.plan.model.moe is not None and recipe != "mxfp8" and (
+            layout.pp > 1 or layout.cp > 1):
+        # components/quantization/float8.py L193-198 (0.2.2)
+        out.append("refuses FP8 MoE training with pipeline or context parallelism ('Float8 MoE "
+                   "training prototype does not yet support pipeline parallelism' / 'context "
+                   "parallelism'); use mxfp8, or pp = cp = 1")
+    if (series == "0.2" and recipe == "mxfp8" and layout.tp > 1
+            and "model" in compile_components(placed)):
+        # components/quantization/mx.py L46-52 (0.2.2)
+        out.append("refuses MXFP8 with tensor parallelism under torch.compile ('TP not yet "
+                   "supported with torch.compile for mxfp8'); use tp=1 or no compile")
+    return out
 
 
 def stage_chunks(placed: Placed, version: str) -> list[list[str]] | None:
@@ -222,6 +304,8 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
     }
+    if not writes_python(version):
+        sections.update(_fp8_sections(placed, version))
     components = compile_components(placed)
     if components and version_key(version) < version_key("0.2"):
         # 0.1: --training.compile compiles each block and the loss (torchtitan@f7084fc
@@ -232,6 +316,45 @@ def config(placed: Placed, version: str) -> dict[str, dict[str, object]]:
         # config/configs.py CompileConfig; torchtitan@08b8b244f moved it out of [training]).
         sections["compile"] = {"enable": True, "components": list(components)}
     return sections
+
+
+def _fp8_sections(placed: Placed, version: str) -> dict[str, dict[str, object]]:
+    """0.2's ``[model] converters`` and ``[quantize.*]`` options for the plan's FP8."""
+    converters = fp8_converters(placed, version)
+    if not converters:
+        return {}
+    recipe = fp8_recipe(placed, version)
+    out: dict[str, dict[str, object]] = {"model": {"converters": converters}}
+    if recipe != "mxfp8":
+        linear: dict[str, object] = {"filter_fqns": [_output_name(version)]}
+        if recipe == "rowwise":
+            linear["recipe_name"] = recipe
+        elif placed.plan.job.runtime.fp8_param_gather and placed.layout.zero_stage >= 3:
+            linear.update(enable_fsdp_float8_all_gather=True,
+                          precompute_float8_dynamic_scale_for_fsdp=True)
+        out["quantize.linear.float8"] = linear
+    if len(converters) > 1:
+        kind = "mx" if recipe == "mxfp8" else "float8"
+        out[f"quantize.grouped_mm.{kind}"] = {"fqns": [EXPERTS_FQN]}
+    return out
+
+
+def fp8_notes(placed: Placed, version: str) -> list[str]:
+    """What the FP8 converters run that the estimate priced otherwise."""
+    recipe = fp8_recipe(placed, version)
+    if recipe is None:
+        return []
+    notes = []
+    if placed.plan.job.runtime.fp8_recipe is None:
+        notes.append(f"FP8: torchtitan's {recipe} scaling (the job sets no runtime fp8_recipe; "
+                     "the estimate prices per-tensor-scaled FP8 GEMMs).")
+    gathers = (recipe == "tensorwise" and placed.layout.zero_stage >= 3
+               and not writes_python(version))
+    if placed.plan.job.runtime.fp8_param_gather and not gathers:
+        notes.append("The estimate keeps FP8 weights (fp8_param_gather), but torchtitan's FP8 "
+                     "all-gather runs with FSDP and tensorwise scaling only (0.2's "
+                     "enable_fsdp_float8_all_gather): not written, so the launch gathers bf16.")
+    return notes
 
 
 def compile_components(placed: Placed) -> tuple[str, ...]:
@@ -281,6 +404,28 @@ def render_toml(placed: Placed, version: str, notes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _converter_lines(placed: Placed, version: str) -> list[str]:
+    """0.3: the FP8 converters applied to the base config's model config, as model_registry
+    applies its ``converters`` (``c.build().convert(config)``)."""
+    classes = fp8_converters(placed, version)
+    if not classes:
+        return []
+    recipe = fp8_recipe(placed, version)
+    arguments = {"Float8LinearConverter": f"recipe_name={recipe!r}, filter_fqns=['lm_head'], ",
+                 "MXFP8LinearConverter": "fqns=['layers'], "}
+    lines = [f"    from torchtitan.components.quantization import {', '.join(classes)}",
+             "",
+             '    compiled = config.compile.enable and "model" in config.compile.components',
+             "    for converter in ("]
+    for name in classes:
+        lines += [f"            {name}.Config(",
+                  f"                {arguments.get(name, '')}model_compile_enabled=compiled),"]
+    lines += ["    ):",
+              "        model = config.model_spec.model",
+              "        config.model_spec.model = converter.build().convert(model)"]
+    return lines
+
+
 def _py(value: object) -> str:
     """A Python literal (ints, strings, None, booleans and lists of them)."""
     return repr(value)
@@ -328,6 +473,7 @@ def render_python(placed: Placed, version: str, notes: list[str],
     for section in ("parallelism", "training", "compile"):
         for key, value in sections.get(section, {}).items():
             lines.append(f"    config.{section}.{key} = {_py(value)}")
+    lines += _converter_lines(placed, version)
     lines.append("    config.activation_checkpoint = "
                  + (f"{ac_class}.Config()" if ac_class else "None"))
     lines.append("    return config")

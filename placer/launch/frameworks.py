@@ -91,8 +91,11 @@ def render_bridge_yaml(placement: PlacedCandidate,
     if uneven:
         notes.append(uneven)
     runtime, runtime_notes = megatron.runtime_settings(placement)
-    notes += runtime_notes + megatron_bridge.recipe_notes(runtime) + _priced(price)
-    return megatron_bridge.render_yaml(megatron_bridge.overrides(placement, runtime), [
+    doc = megatron_bridge.overrides(placement, runtime)
+    recipe = doc["mixed_precision"]
+    notes += runtime_notes + megatron_bridge.recipe_notes(
+        runtime, recipe if isinstance(recipe, str) else None) + _priced(price)
+    return megatron_bridge.render_yaml(doc, [
         line.removeprefix("# ").removeprefix("#") for line in comment_block(notes)])
 
 
@@ -122,6 +125,7 @@ def _torchtitan_notes(placement: PlacedCandidate, version: str, python: bool,
                      "decoder (tok_embeddings, layers.<i>, norm, output head).")
     if layout.tp > 1 and not layout.sequence_parallel:
         notes.append("The plan has sequence parallelism off, but torchtitan applies it with TP.")
+    notes += torchtitan.fp8_notes(placement, version)
     return notes + _priced(price)
 
 

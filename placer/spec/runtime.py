@@ -58,10 +58,13 @@ def alloc_conf_expandable(env: Mapping[str, str]) -> bool:
     return False
 
 
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
-"""Transformer Engine FP8 recipes (Megatron ``--fp8-recipe``): delayed and tensorwise (current)
-scaling keep one scale per tensor; blockwise 128x128/1x128 tiles and MXFP8 32-element blocks
-keep more scales and need their own quantisation pass."""
+Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "blockwise", "mxfp8"]
+"""FP8 scaling recipes: Transformer Engine's (Megatron ``--fp8-recipe``) delayed and tensorwise
+(current) scaling keep one scale per tensor; torchao's rowwise (torchtitan's float8 converter
+``recipe_name``) one per row, priced as tensorwise; blockwise 128x128/1x128 tiles and MXFP8
+32-element blocks keep more scales and need their own quantisation pass. Which recipes each
+framework names, and how, is in placer.dialects (megatron.FP8_RECIPES, megatron_bridge.
+MIXED_PRECISION_RECIPES, torchtitan.FP8_CONVERTERS)."""
 
 
 class Runtime(Spec):

@@ -18,7 +18,9 @@ and its ``ddp`` section into ``DistributedDataParallelConfig``, so megatron-core
 Here every field name is checked against the dataclass fields Bridge's source declares
 (``$PLACER_MEGATRON_BRIDGE_SRC``, the unpacked wheel, read with ``ast``) and megatron-core's
 classes they extend, and the named mixed-precision recipe is applied as Bridge's
-mixed_precision.py L172-182 writes it (bf16, params_dtype and pipeline_dtype bfloat16). Bridge's
+mixed_precision.py writes it: bf16, params_dtype and pipeline_dtype bfloat16 for the bf16_*
+recipes (L172-182), and the fp8 and fp8_recipe its function sets, read from Bridge's source
+(``recipe_settings``). Bridge's
 own YAML merge and setup, loaded from its source files (its package ``__init__`` imports
 transformers and its LoRA module transformer_engine), run in bridge_apply.py.
 """
@@ -62,6 +64,7 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--use-distributed-optimizer": ("use_distributed_optimizer", None),
     "--bf16": ("bf16", None),
     "--fp8-format": ("fp8", str),
+    "--fp8-recipe": ("fp8_recipe", str),
     "--use-tp-pp-dp-mapping": ("use_tp_pp_dp_mapping", None),
     # runtime settings: arguments.py L2243, L2264, L2178, L1398; TransformerConfig fields made
     # flags (L1621): tp_comm_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type
@@ -140,6 +143,8 @@ def _transformer_config(args: argparse.Namespace, model: dict[str, Any]) -> Any:
                   recompute_num_layers=args.recompute_num_layers)
     if args.fp8:
         kw["fp8"] = args.fp8
+    if args.fp8_recipe:
+        kw["fp8_recipe"] = args.fp8_recipe
     kw.update(tp_comm_overlap=args.tp_comm_overlap,
               overlap_moe_expert_parallel_comm=args.overlap_moe_expert_parallel_comm)
     if args.moe_token_dispatcher_type:
@@ -194,7 +199,6 @@ BRIDGE_SECTIONS = {
     "checkpoint": ("training/config.py", "CheckpointConfig", None),
     "comm_overlap": ("training/comm_overlap.py", "CommOverlapConfig", None),
 }
-BF16_RECIPES = ("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed")
 
 
 def _bridge_fields(src: Path, section: str, mla: bool = False) -> set[str]:
@@ -220,6 +224,27 @@ def _bridge_fields(src: Path, section: str, mla: bool = False) -> set[str]:
     return names
 
 
+def recipe_settings(src: Path, name: str) -> dict[str, Any]:
+    """What Bridge's named mixed-precision recipe sets (``cfg.<field> = <literal>`` in its
+    function in training/mixed_precision.py, after the settings of the recipe it starts from,
+    ``cfg = bf16_mixed()``), read from Bridge's source with ``ast``."""
+    import ast
+
+    tree = ast.parse((src / "megatron/bridge/training/mixed_precision.py").read_text())
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    out: dict[str, Any] = {}
+    for node in ast.walk(functions[name]) if name in functions else ():
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if (isinstance(target, ast.Name) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id in functions):
+            out = {**recipe_settings(src, node.value.func.id), **out}
+        elif isinstance(target, ast.Attribute) and isinstance(node.value, ast.Constant):
+            out[target.attr] = node.value.value
+    return out
+
+
 def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
     import yaml
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -240,8 +265,13 @@ def check_bridge(case: dict[str, Any], src: Path | None) -> dict[str, Any]:
     import torch
 
     kw = {k: v for k, v in doc["model"].items() if k != "seq_length"}
-    if doc.get("mixed_precision") in BF16_RECIPES:
+    recipe = str(doc.get("mixed_precision"))
+    if recipe.startswith("bf16"):
         kw.update(bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16)
+    if src is not None:
+        settings = recipe_settings(src, recipe)
+        out["mixed_precision_settings"] = settings
+        kw.update({k: v for k, v in settings.items() if k in ("fp8", "fp8_recipe")})
     kw.update(num_layers=model["num_layers"], hidden_size=model["hidden_size"],
               num_attention_heads=model["num_attention_heads"],
               ffn_hidden_size=model["ffn_hidden_size"], kv_channels=model["head_dim"],
@@ -304,7 +334,7 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
         "virtual_pipeline_model_parallel_size", "sequence_parallel", "expert_model_parallel_size",
         "expert_tensor_parallel_size", "num_layers_in_first_pipeline_stage",
         "num_layers_in_last_pipeline_stage", "recompute_granularity", "tp_comm_overlap",
-        "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type")}
+        "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "fp8", "fp8_recipe")}
     out["mla"] = {k: getattr(config, k, None) for k in MLA_FIELDS}
     out["config_class"] = type(config).__name__
     out["ddp"] = {"use_distributed_optimizer": ddp.use_distributed_optimizer,

@@ -57,9 +57,8 @@ def _degrees(p: Any) -> dict[str, Any]:
 def _load_py(folder: str) -> Any:
     from torchtitan.config import ConfigManager
 
-    with contextlib.suppress(ImportError):  # no SM89 GPU here (see the module docstring)
-        from torchtitan.components.quantization import float8
-        float8.has_cuda_capability = lambda *args: True
+    with contextlib.suppress(ImportError):  # no SM89/SM100 GPU here (module docstring)
+        _pretend_gpu()
     sys.modules.pop("torchtitan_config", None)
     sys.path.insert(0, folder)
     text = Path(folder, "torchtitan_config.py").read_text()
@@ -77,6 +76,53 @@ def _load_py(folder: str) -> Any:
 def _load_toml(folder: str) -> Any:
     from torchtitan.config import ConfigManager
     return ConfigManager().parse_args(["--job.config_file", str(Path(folder, "torchtitan.toml"))])
+
+
+def _pretend_gpu() -> None:
+    """Tell torchtitan's quantization converters there is an SM100 GPU (this machine has
+    none): float8 asks for SM89, MXFP8 for SM100 (see the module docstring)."""
+    from torchtitan.components.quantization import float8, mx
+    for module in (float8, mx):
+        module.has_cuda_capability = lambda *args: True
+
+
+def _toml_converters(config: Any, dims: Any) -> dict[str, Any]:
+    """0.2: the converters torchtitan builds from ``[model] converters`` (their own __init__
+    checks run: recipe, FSDP float8 all-gather, PP/CP/TP limits), with their settings."""
+    _pretend_gpu()
+    from torchtitan.protocols.model_converter import build_model_converters
+    float8 = config.quantize.linear.float8
+    try:
+        built = build_model_converters(config, dims).converters
+    except ImportError as exc:  # a torchao this venv does not have: the environment's, not
+        built, missing = [], f"{exc}"  # the file's (the test says which)
+    else:
+        missing = None
+    return {"names": list(config.model.converters), "import_error": missing,
+            "built": [type(c).__name__ for c in built if getattr(c, "enabled", True)],
+            "float8_recipe": float8.recipe_name,
+            "fsdp_float8_all_gather": float8.enable_fsdp_float8_all_gather,
+            "grouped_fqns": {k: list(getattr(config.quantize.grouped_mm, k).fqns)
+                             for k in ("float8", "mx")}}
+
+
+def _model_linears(config: Any) -> dict[str, Any]:
+    """0.3: how many of the model config's linear layers and expert modules are of each
+    class after placer's converters ran (Linear, Float8Linear, MXFP8Linear, ...), and the
+    scaling granularity torchao's float8 config gives the converted ones (AXISWISE: rowwise)."""
+    from torchtitan.models.common.linear import Linear
+    from torchtitan.models.common.moe import GroupedExperts
+    counts: dict[str, Any] = {}
+    model = config.model_spec.model
+    for cls in (Linear.Config, GroupedExperts.Config):
+        for _fqn, node, _parent, _attr in model.traverse(cls):
+            name = type(node).__qualname__
+            counts[name] = counts.get(name, 0) + 1
+            torchao = getattr(node, "_torchao_config", None)
+            if torchao is not None:
+                counts["float8_granularity"] = str(
+                    torchao.cast_config_input.scaling_granularity)
+    return counts
 
 
 def _chunks_py(config: Any, dims: Any, num_layers: int) -> list[list[str]]:
@@ -154,6 +200,8 @@ def check(kind: str, case: dict[str, Any]) -> dict[str, Any]:
                                         if kind == "py" else config.activation_checkpoint.mode)
         out["compile"] = {"enable": config.compile.enable,
                           "components": list(config.compile.components)}
+        if kind == "py":
+            out["model_linears"] = _model_linears(config)
         world = case["world_size"]
         try:
             if hasattr(ParallelDims, "from_config"):
@@ -174,6 +222,12 @@ def check(kind: str, case: dict[str, Any]) -> dict[str, Any]:
             return out
         out["dims"] = {k: getattr(dims, k) for k in ("dp_replicate", "dp_shard", "cp", "tp",
                                                       "pp", "ep")}
+        if kind == "toml" and config.model.converters:
+            try:
+                out["converters"] = _toml_converters(config, dims)
+            except (Exception, SystemExit) as exc:
+                out["error"] = f"converters: {type(exc).__name__}: {exc}"
+                return out
         if p.pipeline_parallel_degree > 1:
             try:
                 names = (_chunks_py if kind == "py" else _chunks_toml)(
