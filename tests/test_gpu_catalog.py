@@ -236,8 +236,8 @@ def test_an_mxfp8_job_on_hopper_is_refused_in_one_line(
     assert code == 2
     assert text.strip().splitlines() == [
         "error: runtime.fp8_recipe: 'mxfp8' is not valid; H100-SXM-80GB has no MXFP8 tensor "
-        "cores (Transformer Engine's mxfp8 recipe needs Blackwell, SM 10.0 or 10.3): use "
-        "tensorwise, delayed or blockwise"]
+        "cores (MXFP8 needs Blackwell, SM 10.0 or 10.3: Transformer Engine's mxfp8 recipe, "
+        "torchtitan's MXFP8 converter): use a per-tensor, rowwise or blockwise recipe"]
     code, text = _run([*args, "--cluster", "dgx-b200", *layout], capsys)
     assert code == 0 and "MXFP8" not in text
     # unknown to placer's sources: warned, not refused

@@ -32,6 +32,7 @@ _READ_ONLY_CHOICE_FLAGS = {
     "recompute-method": "recompute_method",
     "fp8-format": "fp8_format",
     "fp8-recipe": "fp8_recipe",
+    "fp4-format": "fp4_format",
     "pp-partition-method": "partition_method",
     megatron.LAYOUT_FLAG: "pp_layout",
     megatron_deepspeed.CONFIG_FLAG: "deepspeed_config",

@@ -15,7 +15,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
 from placer.check.megatron_flags import (
     BOOL_FLAGS,
@@ -30,7 +29,7 @@ from placer.check.megatron_flags import (
     all_flags,
 )
 from placer.check.parse_deepspeed import read_optimizer_wrapper
-from placer.check.parsed import RECOMPUTE_MODES, ParsedConfig, Settings
+from placer.check.parsed import FP4_AS_FP8, RECOMPUTE_MODES, ParsedConfig, Settings
 from placer.check.shell import UNKNOWN_MARK, Array, Scalar, Script, ShellSyntaxError, Word, evaluate
 from placer.check.world import RUNTIME_VARIABLES, sbatch_inputs, sbatch_options
 from placer.dialects import megatron
@@ -39,7 +38,7 @@ from placer.mesh import parse_order
 from placer.spec.layout import RECOMPUTE_MODULES
 from placer.spec.model import Model
 from placer.spec.presets import validated
-from placer.spec.runtime import ALLOC_CONF_VARIABLES, Fp8Recipe, alloc_conf_expandable
+from placer.spec.runtime import ALLOC_CONF_VARIABLES, alloc_conf_expandable
 from placer.spec.text import decimal
 
 # Megatron-DeepSpeed's GPTModelPipe partitions with DeepSpeed's 'type:transformer' unless
@@ -284,14 +283,17 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
         s.partition_method = choices.get("partition_method", DEEPSPEED_DEFAULT_PARTITION)
     if "fp8" in flags or choices.get("fp8_format") in ("hybrid", "e4m3"):
         s.precision = "fp8"
+    if choices.get("fp4_format") is not None:  # Megatron-LM's --fp4-format e2m1 (NVFP4)
+        s.precision = "fp8"
+        parsed.notes.append(f"--fp4-format {choices['fp4_format']}: {FP4_AS_FP8}")
     s.fp8_param_gather = "fp8_param_gather" in flags and s.precision == "fp8"
     recipe = choices.get("fp8_recipe")
     if s.precision == "fp8" and recipe is not None:
-        if recipe in get_args(Fp8Recipe):
+        if recipe in megatron.FP8_RECIPES:
             s.fp8_recipe = recipe  # type: ignore[assignment]
         else:
             parsed.notes.append(f"--fp8-recipe {recipe}: not a recipe placer models "
-                                f"({', '.join(get_args(Fp8Recipe))}); priced as FP8")
+                                f"({', '.join(megatron.FP8_RECIPES)}); priced as FP8")
     s.grad_reduce_bf16 = "grad_reduce_bf16" in flags
     s.optimizer_offload = "optimizer_offload" in flags
     if parsed.kind == "megatron-deepspeed" and "deepspeed" in flags:

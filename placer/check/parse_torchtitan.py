@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from placer.check.parsed import ParsedConfig, Recompute, Settings
+from placer.check.parsed import FP4_AS_FP8, ParsedConfig, Recompute, Settings
 from placer.check.torchtitan_flavors import flavor_model
 from placer.dialects import torchtitan
 from placer.dialects.base import version_key
@@ -135,10 +135,16 @@ def parse_torchtitan(path: Path, text: str) -> ParsedConfig:
     if _positive(micro):
         s.micro_batch_size = micro
     converters = (data.get("model") or {}).get("converters") or []
-    float8 = data.get("float8") or {}
-    if "float8" in converters or (isinstance(float8, dict) and float8.get(
-            "enable_float8_linear")):
-        s.precision = "fp8"
+    # 0.2's options under [quantize.linear.float8]; 0.1's under [float8], whose
+    # enable_float8_linear switched FP8 on before converters existed (2024)
+    float8 = data.get("float8") if isinstance(data.get("float8"), dict) else {}
+    quantize = (((data.get("quantize") or {}).get("linear") or {}).get("float8") or {})
+    options = quantize if isinstance(quantize, dict) and quantize else float8
+    if float8.get("enable_float8_linear"):
+        converters = [*converters, "float8"]
+    if "model.converters" in where:
+        parsed.lines["fp8_recipe"] = where["model.converters"]
+    read_fp8(s, parsed, [str(c) for c in converters], options)
     s.compile_components = _compiled(data, training, where, parsed)
     checkpoint = data.get("activation_checkpoint") or {}
     if not isinstance(checkpoint, dict):
@@ -298,6 +304,33 @@ def torchtitan_stack(parsed: ParsedConfig, python_config: bool) -> str:
            f"the newest torchtitan preset; placer has none for {releases}")
     parsed.notes.append(f"stack {name} ({why}): memory priced with its {kernels}")
     return name
+
+
+def read_fp8(s: Settings, parsed: ParsedConfig, converters: list[str],
+             float8: dict[str, Any], default_recipe: str = "tensorwise") -> None:
+    """FP8 from torchtitan's model converters (dialects.torchtitan.CONVERTER_KINDS) and the
+    float8 converter's options: recipe_name (unset: ``default_recipe``, tensorwise in 0.1-0.2,
+    rowwise in 0.3, dialects.torchtitan.DEFAULT_FP8_RECIPE) and FSDP float8 all-gather
+    (tensorwise only)."""
+    kinds = {torchtitan.CONVERTER_KINDS.get(c) for c in converters} - {None}
+    if not kinds:
+        return
+    s.precision = "fp8"
+    if "nvfp4" in kinds:
+        parsed.notes.append(f"NVFP4 converter: {FP4_AS_FP8}")
+        return
+    if "mx" in kinds:
+        s.fp8_recipe = "mxfp8"
+        return
+    recipe = float8.get("recipe_name") or default_recipe
+    if recipe in (None, "tensorwise"):
+        s.fp8_recipe = "tensorwise"
+        s.fp8_param_gather = bool(float8.get("enable_fsdp_float8_all_gather"))
+    elif recipe == "rowwise":
+        s.fp8_recipe = "rowwise"
+    else:
+        parsed.notes.append(f"float8 recipe_name {recipe!r}: not a recipe placer models; "
+                            "priced as per-tensor-scaled FP8")
 
 
 RESHARD_KEY = "fsdp_reshard_after_forward"

@@ -24,6 +24,7 @@ from placer.check.parse_torchtitan import (
     TORCHTITAN_ORDER,
     fsdp_zero_stage,
     preset_for,
+    read_fp8,
     read_recompute,
     read_reshard,
     torchtitan_stack,
@@ -76,6 +77,8 @@ class _Reader(ast.NodeVisitor):
         self.recompute: tuple[Any, Any] | None = None  # torchtitan's (mode, option)
         self.calls: set[str] = set()
         self.compile_locals: dict[str, ast.Call] = {}  # name = CompileConfig(...)
+        # quantisation converters built here: (class, literal keywords, line)
+        self.converters: list[tuple[str, dict[str, Any], int]] = []
 
     def _compile(self, node: ast.AST) -> None:
         """``compile=`` / ``config.compile =`` a ``CompileConfig(...)`` (or a local name bound
@@ -92,6 +95,10 @@ class _Reader(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         name = _call_name(node)
         self.calls.add(name.rsplit(".", 1)[-1])
+        parts = name.split(".")
+        if len(parts) >= 2 and parts[-1] == "Config" and parts[-2] in torchtitan.CONVERTER_KINDS:
+            self.converters.append((parts[-2], {k.arg: _literal(k.value) for k in node.keywords
+                                                if k.arg}, node.lineno))
         section = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}.get(
             name.rsplit(".", 1)[-1])
         if section:
@@ -171,9 +178,11 @@ def parse_torchtitan_py(path: Path, text: str) -> list[ParsedConfig]:
             merged.values.update(readers[called].values)
             merged.flavor = merged.flavor or readers[called].flavor
             merged.recompute = merged.recompute or readers[called].recompute
+            merged.converters = merged.converters or readers[called].converters
         merged.values.update(reader.values)
         merged.flavor = reader.flavor or merged.flavor
         merged.recompute = reader.recompute or merged.recompute
+        merged.converters = reader.converters or merged.converters
         model_name = package.group(1) if package else _model_of_function(name)
         if base is not None:
             model_name, merged.flavor = base
@@ -265,6 +274,16 @@ def _parsed(path: Path, name: str, reader: _Reader, model_name: str | None) -> P
                             "checked as SelectiveAC, op-level selective checkpointing")
         mode, option = _DEFAULT_RECOMPUTE
     read_recompute(s, parsed, mode, option)
+    if reader.converters:
+        parsed.lines["fp8_recipe"] = reader.converters[0][2]
+        float8 = next((kw for cls, kw, _ in reader.converters
+                       if torchtitan.CONVERTER_KINDS[cls] == "float8" and "recipe_name" in kw), {})
+        if isinstance(float8.get("recipe_name"), _Unknown):
+            parsed.notes.append(f"float8 recipe_name = {float8['recipe_name'].text} is not a "
+                                "literal: checked as rowwise, 0.3's default")
+            float8 = {}
+        read_fp8(s, parsed, [cls for cls, _, _ in reader.converters], float8,
+                 torchtitan.DEFAULT_FP8_RECIPE["0.3"])
     s.stack = torchtitan_stack(parsed, python_config=True)
     parsed.settings = s
     seq = values.get("training.seq_len", values.get("training.max_context_length",

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.megatron_flags import SHARDING_ZERO
-from placer.check.parsed import ParsedConfig, Settings
-from placer.dialects import megatron
+from placer.check.parsed import FP4_AS_FP8, ParsedConfig, Settings
+from placer.dialects import megatron, megatron_bridge
 from placer.errors import PlacerError
 from placer.mesh import parse_order
 from placer.spec.model import Model
@@ -179,6 +179,51 @@ def _interpolate(inner: str, root: dict[str, Any], here: dict[str, Any], depth: 
     return _resolve(node, root, here, depth + 1)
 
 
+def _read_precision(s: Settings, parsed: ParsedConfig, data: dict[str, Any],
+                    model: dict[str, Any], text: str) -> None:
+    """FP8 from NeMo's ``model.fp8: true``, megatron-core's ``model.fp8`` format string
+    (e4m3 / hybrid) with ``model.fp8_recipe``, or Megatron-Bridge's ``mixed_precision``: a
+    recipe name (dialects.megatron_bridge.MIXED_PRECISION_RECIPES) or a MixedPrecisionConfig
+    mapping (fp8, fp8_recipe, fp4, fp8_param_gather). Bridge's mixed_precision is applied to
+    the model last (MixedPrecisionConfig.setup), so it wins over the model's fields."""
+    fields: dict[str, Any] = {k: model.get(k) for k in ("fp8", "fp8_recipe", "fp4")}
+    fields["fp8_param_gather"] = model.get("fp8_param")
+    mixed = data.get("mixed_precision")
+    line = _key_line(text, "fp8")
+    if isinstance(mixed, str):
+        line = _key_line(text, "mixed_precision")
+        name = mixed.replace("-", "_")
+        if name not in megatron_bridge.MIXED_PRECISION_RECIPES:
+            parsed.notes.append(f"mixed_precision {mixed!r}: not a Megatron-Bridge 0.3 recipe "
+                                "placer knows; precision read from the model's fields")
+        else:
+            recipe = megatron_bridge.MIXED_PRECISION_RECIPES[name]
+            fields = {"fp8": recipe not in (None, "nvfp4") or None, "fp8_recipe": recipe,
+                      "fp4": recipe == "nvfp4" or None,
+                      # every Bridge FP8 recipe sets fp8_param_gather = True
+                      "fp8_param_gather": recipe not in (None, "nvfp4")}
+    elif isinstance(mixed, dict):
+        line = _key_line(text, "mixed_precision")
+        fields.update({k: mixed[k] for k in ("fp8", "fp8_recipe", "fp4", "fp8_param_gather")
+                       if k in mixed})
+    if line is not None:
+        parsed.lines["fp8_recipe"] = line
+    if fields["fp4"]:
+        s.precision = "fp8"
+        parsed.notes.append(f"FP4 (NVFP4) recipe: {FP4_AS_FP8}")
+        return
+    if fields["fp8"] not in (True, "e4m3", "hybrid"):
+        return
+    s.precision = "fp8"
+    s.fp8_param_gather = bool(fields["fp8_param_gather"])
+    recipe = fields["fp8_recipe"]
+    if recipe in megatron.FP8_RECIPES:
+        s.fp8_recipe = recipe
+    elif recipe is not None:
+        parsed.notes.append(f"fp8_recipe {recipe}: not a recipe placer models "
+                            f"({', '.join(megatron.FP8_RECIPES)}); priced as FP8")
+
+
 def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     model = data["model"]
     trainer = data.get("trainer") or {}
@@ -229,8 +274,7 @@ def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:
     dist = data.get("dist") if isinstance(data.get("dist"), dict) else {}
     if dist.get("use_tp_pp_dp_mapping"):
         parsed.order = parse_order(megatron.ORDERS[1].text)
-    if get(model, "fp8") is True:
-        s.precision = "fp8"
+    _read_precision(s, parsed, data, model, text)
     if s.ep > 1 or _pos(get(model, "num_moe_experts")):
         # Megatron's expert_tensor_parallel_size, which defaults to the dense TP when unset
         s.etp = _pos(get(model, "expert_tensor_parallel_size")) or s.tp

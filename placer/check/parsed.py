@@ -36,6 +36,12 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "
 WORLD_KEYS = ("world", "nnodes", "nproc_per_node")
 
 
+FP4_AS_FP8 = ("priced as FP8 (placer's jobs have no FP4 recipe; FP4 operands take less memory "
+              "and time than priced)")
+"""How check prices an NVFP4 recipe (Megatron --fp4-format, Bridge's nvfp4 mixed precision,
+torchtitan's NVFP4 converter)."""
+
+
 @dataclass
 class Settings:
     """The parallel, memory and precision settings one config gives.
@@ -82,8 +88,9 @@ class Settings:
     ``parameters``); None: Megatron's even split of the layers."""
     precision: Literal["bf16", "fp8"] = "bf16"
     fp8_recipe: Fp8Recipe | None = None
-    """Megatron's --fp8-recipe under FP8 (runtime.fp8_recipe); None: not given (Megatron's
-    default, delayed scaling) or a recipe placer does not model (custom)."""
+    """The FP8 recipe under FP8 (runtime.fp8_recipe): Megatron's --fp8-recipe, Bridge's
+    mixed_precision recipe, torchtitan's float8/mx converter; None: not given (Megatron's
+    default, delayed scaling) or a recipe placer does not model (custom, NVFP4)."""
     fp8_param_gather: bool = False
     grad_reduce_bf16: bool = False
     optimizer_offload: bool = False

@@ -57,8 +57,9 @@ class GPU(Spec):
         runs on SM 10.0 and 10.3 only (its docs/features/low_precision_training/mxfp8/mxfp8.rst,
         "Supported devices"): a part known to lack MXFP8 tensor cores refuses it."""
         if recipe == "mxfp8" and self.mxfp8_tensor_cores is False:
-            return (f"{self.name} has no MXFP8 tensor cores (Transformer Engine's mxfp8 recipe "
-                    "needs Blackwell, SM 10.0 or 10.3): use tensorwise, delayed or blockwise")
+            return (f"{self.name} has no MXFP8 tensor cores (MXFP8 needs Blackwell, SM 10.0 or "
+                    "10.3: Transformer Engine's mxfp8 recipe, torchtitan's MXFP8 converter): use "
+                    "a per-tensor, rowwise or blockwise recipe")
         return None
 
     def fp8_recipe_note(self, recipe: str | None) -> str | None:
