@@ -127,6 +127,20 @@ def test_megatron_default_order_selective_recompute_and_fp8(tmp_path: Path) -> N
     assert "rank order tp-cp-dp-pp gives exactly" in _unwrapped(text)
 
 
+def test_fp8_plans_say_deepspeed_json_cannot_switch_fp8_on() -> None:
+    """DeepSpeed 0.19.8's config has bf16, fp16 and torch_autocast sections, no FP8 one
+    (deepspeed/runtime/constants.py): an FP8 plan's deepspeed.json trains in bf16 unless the
+    model's layers run FP8, and the README says so; a BF16 plan's says nothing of it."""
+    layout = Layout(tp=2, dp=8, zero_stage=1, sequence_parallel=True)
+    fp8 = _files(_plan(layout, job=Job(name="fp8", seq_len=4096, global_batch_size=64,
+                                       precision="fp8")))
+    assert json.loads(fp8["deepspeed.json"])["bf16"] == {"enabled": True}
+    assert "fp8" not in fp8["deepspeed.json"].lower()
+    assert "deepspeed.json cannot switch on" in " ".join(fp8["README.md"].split())
+    bf16 = _files(_plan(layout, job=Job(name="bf16", seq_len=4096, global_batch_size=64)))
+    assert "cannot switch on" not in bf16["README.md"]
+
+
 def test_megatron_pp1_prefers_the_default_order(tmp_path: Path) -> None:
     # With pp=1 both Megatron orders give the same groups: no mapping flag is needed.
     args, _ = _megatron(_plan(Layout(tp=2, dp=8), order=("tp", "cp", "pp", "dp")), tmp_path)

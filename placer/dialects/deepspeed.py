@@ -130,4 +130,11 @@ def notes(placed: Placed) -> list[str]:
         out.append(left_out)
     out.append("DeepSpeed has no key for the rank order; TP/PP groups come from the mpu "
                "(Megatron order) or from placer_mesh.")
+    if job.precision == "fp8":
+        # DeepSpeed 0.19.8's config (deepspeed/runtime/constants.py) has bf16, fp16 and
+        # torch_autocast sections and no FP8 one: FP8 GEMMs come from the model's own layers.
+        out.append("The estimate runs FP8 GEMMs, which deepspeed.json cannot switch on "
+                   "(DeepSpeed's config has bf16, fp16 and torch_autocast, no FP8): the model's "
+                   "linear layers must run FP8 themselves (e.g. Transformer Engine's "
+                   "fp8_autocast), or the launch trains in bf16.")
     return out
