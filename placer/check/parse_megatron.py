@@ -64,6 +64,17 @@ class _Value:
     why: str | None = None  # why text is None
 
 
+def read_fp8_recipe(s: Settings, parsed: ParsedConfig, recipe: str | None, key: str) -> None:
+    """Transformer Engine's FP8 recipe as Megatron names it (``--fp8-recipe``, a Bridge or
+    megatron-core ``fp8_recipe``): one of megatron.FP8_RECIPES, else a note (custom is a user
+    recipe class) and priced as FP8."""
+    if recipe in megatron.FP8_RECIPES:
+        s.fp8_recipe = recipe  # type: ignore[assignment]
+    elif recipe is not None:
+        parsed.notes.append(f"{key} {recipe}: not a recipe placer models "
+                            f"({', '.join(megatron.FP8_RECIPES)}); priced as FP8")
+
+
 def parse_megatron(path: Path, text: str, inputs: Mapping[str, str] | None = None
                    ) -> ParsedConfig:
     """Settings of a Megatron launch script; what cannot be known statically is ``unresolved``."""
@@ -287,13 +298,8 @@ def _settings(ints: dict[str, int], flags: set[str], choices: dict[str, str],
         s.precision = "fp8"
         parsed.notes.append(f"--fp4-format {choices['fp4_format']}: {FP4_AS_FP8}")
     s.fp8_param_gather = "fp8_param_gather" in flags and s.precision == "fp8"
-    recipe = choices.get("fp8_recipe")
-    if s.precision == "fp8" and recipe is not None:
-        if recipe in megatron.FP8_RECIPES:
-            s.fp8_recipe = recipe  # type: ignore[assignment]
-        else:
-            parsed.notes.append(f"--fp8-recipe {recipe}: not a recipe placer models "
-                                f"({', '.join(megatron.FP8_RECIPES)}); priced as FP8")
+    if s.precision == "fp8":
+        read_fp8_recipe(s, parsed, choices.get("fp8_recipe"), "--fp8-recipe")
     s.grad_reduce_bf16 = "grad_reduce_bf16" in flags
     s.optimizer_offload = "optimizer_offload" in flags
     if parsed.kind == "megatron-deepspeed" and "deepspeed" in flags:

@@ -323,7 +323,7 @@ def read_fp8(s: Settings, parsed: ParsedConfig, converters: list[str],
         s.fp8_recipe = "mxfp8"
         return
     recipe = float8.get("recipe_name") or default_recipe
-    if recipe in (None, "tensorwise"):
+    if recipe == "tensorwise":
         s.fp8_recipe = "tensorwise"
         s.fp8_param_gather = bool(float8.get("enable_fsdp_float8_all_gather"))
     elif recipe == "rowwise":

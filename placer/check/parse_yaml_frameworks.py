@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from placer.check.megatron_flags import SHARDING_ZERO
+from placer.check.parse_megatron import read_fp8_recipe
 from placer.check.parsed import FP4_AS_FP8, ParsedConfig, Settings
 from placer.dialects import megatron, megatron_bridge
 from placer.errors import PlacerError
@@ -216,12 +217,7 @@ def _read_precision(s: Settings, parsed: ParsedConfig, data: dict[str, Any],
         return
     s.precision = "fp8"
     s.fp8_param_gather = bool(fields["fp8_param_gather"])
-    recipe = fields["fp8_recipe"]
-    if recipe in megatron.FP8_RECIPES:
-        s.fp8_recipe = recipe
-    elif recipe is not None:
-        parsed.notes.append(f"fp8_recipe {recipe}: not a recipe placer models "
-                            f"({', '.join(megatron.FP8_RECIPES)}); priced as FP8")
+    read_fp8_recipe(s, parsed, fields["fp8_recipe"], "fp8_recipe")
 
 
 def parse_nemo(path: Path, data: dict[str, Any], text: str) -> ParsedConfig:

@@ -97,12 +97,20 @@ DEFAULT_FP8_RECIPE = {"0.2": "tensorwise", "0.3": "rowwise"}
 EXPERTS_FQN = "experts"
 
 
+def _fp8_series(version: str) -> str:
+    """The key of FP8_CONVERTERS / FP8_RECIPES for ``version`` (0.2 and newer)."""
+    return "0.3" if writes_python(version) else "0.2"
+
+
+def _converter_kind(recipe: str) -> str:
+    return "mx" if recipe == "mxfp8" else "float8"
+
+
 def fp8_recipe(placed: Placed, version: str) -> str | None:
     """The FP8 recipe torchtitan ``version`` runs for the plan; None under BF16."""
     if placed.plan.job.precision != "fp8":
         return None
-    series = "0.3" if writes_python(version) else "0.2"
-    return placed.plan.job.runtime.fp8_recipe or DEFAULT_FP8_RECIPE[series]
+    return placed.plan.job.runtime.fp8_recipe or DEFAULT_FP8_RECIPE[_fp8_series(version)]
 
 
 def fp8_converters(placed: Placed, version: str) -> list[str]:
@@ -111,12 +119,19 @@ def fp8_converters(placed: Placed, version: str) -> list[str]:
     recipe = fp8_recipe(placed, version)
     if recipe is None:
         return []
-    table = FP8_CONVERTERS["0.3" if writes_python(version) else "0.2"]
-    kind = "mx" if recipe == "mxfp8" else "float8"
+    table, kind = FP8_CONVERTERS[_fp8_series(version)], _converter_kind(recipe)
     names = [table["linear"][kind]]
     if placed.plan.model.moe is not None:
         names.append(table["grouped"][kind])
     return names
+
+
+def _fsdp_float8_all_gather(placed: Placed, version: str) -> bool:
+    """Whether the 0.2 file turns on FSDP's float8 all-gather for the plan's FP8 weights
+    (runtime.fp8_param_gather): tensorwise scaling under FSDP only (enable_fsdp_float8_all_gather,
+    the one recipe torchtitan takes it with)."""
+    return (placed.plan.job.runtime.fp8_param_gather and not writes_python(version)
+            and fp8_recipe(placed, version) == "tensorwise" and placed.layout.zero_stage >= 3)
 
 
 def fit(placed: Placed) -> OrderFit:
@@ -186,7 +201,7 @@ def _fp8_refusals(placed: Placed, version: str) -> list[str]:
     if key < version_key("0.2"):
         return ["is written with FP8 converters for torchtitan 0.2 and newer only; use "
                 "--framework-version torchtitan=0.2 or newer"]
-    series = "0.3" if writes_python(version) else "0.2"
+    series = _fp8_series(version)
     if recipe not in FP8_RECIPES[series]:
         return [f"has no FP8 recipe {recipe} (its float8 and mx converters run "
                 f"{', '.join(FP8_RECIPES[series])}); set the job's runtime fp8_recipe to one"]
@@ -325,16 +340,16 @@ def _fp8_sections(placed: Placed, version: str) -> dict[str, dict[str, object]]:
         return {}
     recipe = fp8_recipe(placed, version)
     out: dict[str, dict[str, object]] = {"model": {"converters": converters}}
-    if recipe != "mxfp8":
+    kind = _converter_kind(str(recipe))
+    if kind == "float8":
         linear: dict[str, object] = {"filter_fqns": [_output_name(version)]}
         if recipe == "rowwise":
             linear["recipe_name"] = recipe
-        elif placed.plan.job.runtime.fp8_param_gather and placed.layout.zero_stage >= 3:
+        elif _fsdp_float8_all_gather(placed, version):
             linear.update(enable_fsdp_float8_all_gather=True,
                           precompute_float8_dynamic_scale_for_fsdp=True)
         out["quantize.linear.float8"] = linear
     if len(converters) > 1:
-        kind = "mx" if recipe == "mxfp8" else "float8"
         out[f"quantize.grouped_mm.{kind}"] = {"fqns": [EXPERTS_FQN]}
     return out
 
@@ -344,13 +359,11 @@ def fp8_notes(placed: Placed, version: str) -> list[str]:
     recipe = fp8_recipe(placed, version)
     if recipe is None:
         return []
-    notes = []
-    if placed.plan.job.runtime.fp8_recipe is None:
+    notes, runtime = [], placed.plan.job.runtime
+    if runtime.fp8_recipe is None:
         notes.append(f"FP8: torchtitan's {recipe} scaling (the job sets no runtime fp8_recipe; "
                      "the estimate prices per-tensor-scaled FP8 GEMMs).")
-    gathers = (recipe == "tensorwise" and placed.layout.zero_stage >= 3
-               and not writes_python(version))
-    if placed.plan.job.runtime.fp8_param_gather and not gathers:
+    if runtime.fp8_param_gather and not _fsdp_float8_all_gather(placed, version):
         notes.append("The estimate keeps FP8 weights (fp8_param_gather), but torchtitan's FP8 "
                      "all-gather runs with FSDP and tensorwise scaling only (0.2's "
                      "enable_fsdp_float8_all_gather): not written, so the launch gathers bf16.")
