@@ -277,6 +277,39 @@ def test_ring_attention_chunks_lower_the_attention_kernel_throughput() -> None:
     assert per_flop["ring"] / per_flop["one"] == pytest.approx(expected, rel=0.01)
 
 
+def test_head_dim_64_attention_runs_at_cudnns_measured_ratio() -> None:
+    """cuDNN 9.27's own forward measurements (NVIDIA/cudnn-frontend attention_inference results,
+    64/8 heads, causal, BF16): head dimension 64 at 0.69-0.71 of 128's TFLOP/s on H200 and
+    GB200; MLA's 192 at 128's. A d 64 layer's fused attention takes 1/0.70 the time per FLOP
+    of a d 128 layer, the rest of the layer unchanged."""
+    from placer.cost.compute import head_dim_efficiency
+
+    measured = {"H200": ((348.169, 490.416), (457.451, 653.556)),
+                "GB200": ((667.711, 955.765), (994.722, 1438.125))}
+    for pairs in measured.values():
+        for d64, d128 in pairs:
+            assert head_dim_efficiency(64) == pytest.approx(d64 / d128, abs=0.015)
+    assert head_dim_efficiency(128) == 1.0
+    assert head_dim_efficiency(192) == 1.0  # dsv3 1,350 against llama3.1 1,335 TFLOP/s
+    assert head_dim_efficiency(32) == head_dim_efficiency(64)  # held below the measurements
+    assert 0.70 < head_dim_efficiency(96) < 1.0
+    assert head_dim_efficiency(96) == pytest.approx(0.70 + 0.30 * 0.5849625, rel=1e-6)  # log2 1.5
+
+    calib = calibration_for(cluster_preset("dgx-h100"))
+    job = Job(seq_len=4096, global_batch_size=8)
+    wide = Model(name="w", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                 ffn_hidden_size=11008, vocab_size=32000)  # d 128
+    narrow = wide.model_copy(update={"num_attention_heads": 64})  # d 64, the same width
+    times = {}
+    for name, model in (("wide", wide), ("narrow", narrow)):
+        work = layer_work(model, job, Layout(dp=8), False)
+        assert work.attention_head_dim == model.attention_head_dim
+        fused = pass_times(work, calib, "bf16", "none")
+        bare = pass_times(replace(work, attention_flops=0.0), calib, "bf16", "none")
+        times[name] = (fused.forward_s - bare.forward_s) / work.attention_flops
+    assert times["narrow"] / times["wide"] == pytest.approx(1 / 0.70, rel=0.02)
+
+
 def test_wave_quantization_by_hand_on_a100s_108_sms() -> None:
     from placer.cost.compute import wave_efficiency
 

@@ -67,6 +67,22 @@ ACTIVATION_BYTES = 2
 FA2_RELATIVE_THROUGHPUT = 0.35 / 0.75
 # FlashAttention-2 backward: 5 matmuls against 2 in the forward pass (Dao 2023, arXiv:2307.08691).
 ATTENTION_BACKWARD_RATIO = 2.5
+# Fused-attention throughput by head dimension, relative to the 128 the fitted attention
+# efficiency describes (every fused row of the calibration set but GPT-OSS's has d = 128, or
+# DeepSeek-V3's MLA 192/128). cuDNN's own forward measurements, 64 query / 8 KV heads, causal,
+# BF16, the same cuDNN on each GPU (NVIDIA/cudnn-frontend benchmark/attention_inference/results,
+# cudnn 9.27.0: gpt_oss/<gpu>/gpt_oss_20260928_*.csv "gpt_oss_full" d 64 against
+# prefill_sweep/<gpu>/prefill_sweep_20260928_*.csv "llama3.1" d 128; docs/sources.md 12):
+# H200 348 / 490 TFLOP/s at 2,048 tokens, 457 / 654 at 8,192 (0.71, 0.70); GB200 668 / 956 and
+# 995 / 1,438 (0.70, 0.69). Head dimension 64 halves the work per loaded K/V tile while the
+# softmax and the per-tile bookkeeping stay. MLA's 192/128 runs at d 128's rate on GB200
+# (sdpa_benchmark_training/results/gb200_919_only_cudnn: dsv3 1,350 / 1,108 against llama3.1
+# 1,335 / 1,132 forward / backward at 4,096 tokens), so from 128 up the factor is 1. Between the
+# points it is linear in log2(d); below 64 it stays 0.70 (no measurement). The backward takes the
+# forward's ratio (cuDNN publishes no d 64 backward without a sliding window). Applied on the
+# families measured, Hopper and Blackwell (profile.HOPPER_CLASS_FAMILIES); elsewhere (A100's
+# FlashAttention-2, CPUs, unmeasured parts) the head dimension does not change the rate.
+ATTENTION_HEAD_DIM_RELATIVE = ((64, 0.70), (128, 1.0))
 # Token dispatcher passes of one MoE layer's forward over the routed tokens (routed x h, activation
 # dtype), from Megatron-Core's MoEAlltoAllTokenDispatcher (moe/token_dispatcher.py: "permute ->
 # A2A(EP) -> AG(TP) -> sort_chunk(if num_local_experts>1)" and the reverse "sort_chunk -> RS(TP)
@@ -126,6 +142,7 @@ class LayerWork:
     attention_shapes: tuple[tuple[float, float, float], ...] = ()
     attention_keys: float = 0.0  # keys per query in one fused-attention kernel call
     attention_kernel: str = "cudnn"  # which fused-attention kernel runs (CostOptions)
+    attention_head_dim: int = 128  # Q/K head dimension of the fused kernel (head_dim_efficiency)
     # HBM bytes of the eager expert clamp and bias ops (eager_expert_bytes): forward, backward,
     # and what recomputing moe_act repeats.
     eager_expert_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -251,7 +268,8 @@ def _layer_work(model: Model, job: Job, layout: Layout, moe_layer: bool,
                      routed_tokens=routed,
                      module_bytes=tuple((n, b * tokens) for n, b in stored.modules),
                      shared_gemms=shared, attention_keys=keys,
-                     attention_kernel=options.attention_kernel, gemm_shapes=tuple(shapes),
+                     attention_kernel=options.attention_kernel, attention_head_dim=d,
+                     gemm_shapes=tuple(shapes),
                      gemm_groups=tuple(groups + [1] * (len(gemms) - len(groups))),
                      launched_experts=launched, host_launched=launched > 0,
                      gemm_one_kernel=options.moe_grouped_kernel == "single",
@@ -503,9 +521,25 @@ def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
         efficiency = gemm.attention_efficiency or calib.gemm_efficiency("bf16")
         if work.attention_kernel == "fa2" and constant_family(calib.gpu) in HOPPER_CLASS_FAMILIES:
             efficiency *= FA2_RELATIVE_THROUGHPUT
+        if constant_family(calib.gpu) in HOPPER_CLASS_FAMILIES:  # where cuDNN measured it
+            efficiency *= head_dim_efficiency(work.attention_head_dim)
         fused = gemm_time(work.attention_flops, bf16_peak,
                           efficiency * attention_key_efficiency(work.attention_keys, calib), half)
     return unfused + fused
+
+
+def head_dim_efficiency(head_dim: int) -> float:
+    """Fused-attention throughput at ``head_dim`` relative to head dimension 128
+    (ATTENTION_HEAD_DIM_RELATIVE, cuDNN's measurements): linear in log2 between the measured
+    points, held at the ends."""
+    points = ATTENTION_HEAD_DIM_RELATIVE
+    if head_dim <= points[0][0]:
+        return points[0][1]
+    for (d0, r0), (d1, r1) in zip(points, points[1:], strict=False):
+        if head_dim <= d1:
+            x = math.log2(head_dim / d0) / math.log2(d1 / d0)
+            return r0 + x * (r1 - r0)
+    return points[-1][1]
 
 
 def attention_key_efficiency(keys: float, calib: Calibration) -> float:
