@@ -519,10 +519,10 @@ def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
     fused = 0.0
     if work.attention_flops:
         efficiency = gemm.attention_efficiency or calib.gemm_efficiency("bf16")
-        if work.attention_kernel == "fa2" and constant_family(calib.gpu) in HOPPER_CLASS_FAMILIES:
-            efficiency *= FA2_RELATIVE_THROUGHPUT
         if constant_family(calib.gpu) in HOPPER_CLASS_FAMILIES:  # where cuDNN measured it
             efficiency *= head_dim_efficiency(work.attention_head_dim)
+            if work.attention_kernel == "fa2":
+                efficiency *= FA2_RELATIVE_THROUGHPUT
         fused = gemm_time(work.attention_flops, bf16_peak,
                           efficiency * attention_key_efficiency(work.attention_keys, calib), half)
     return unfused + fused
@@ -532,14 +532,9 @@ def head_dim_efficiency(head_dim: int) -> float:
     """Fused-attention throughput at ``head_dim`` relative to head dimension 128
     (ATTENTION_HEAD_DIM_RELATIVE, cuDNN's measurements): linear in log2 between the measured
     points, held at the ends."""
-    points = ATTENTION_HEAD_DIM_RELATIVE
-    if head_dim <= points[0][0]:
-        return points[0][1]
-    for (d0, r0), (d1, r1) in zip(points, points[1:], strict=False):
-        if head_dim <= d1:
-            x = math.log2(head_dim / d0) / math.log2(d1 / d0)
-            return r0 + x * (r1 - r0)
-    return points[-1][1]
+    (d_low, r_low), (d_high, r_high) = ATTENTION_HEAD_DIM_RELATIVE
+    x = min(1.0, max(0.0, math.log2(head_dim / d_low) / math.log2(d_high / d_low)))
+    return r_low + x * (r_high - r_low)
 
 
 def attention_key_efficiency(keys: float, calib: Calibration) -> float:
