@@ -586,13 +586,23 @@ MEGATRON_DROPOUT_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLO
 # Sources from before FlashAttention (May 2022) ran attention unfused, storing s x s scores.
 UNFUSED_ATTENTION_SOURCES = {"NARAYANAN21", "SC21_SCRIPTS", "KORTHIKANTI22", "BLOOM_REPO", "OPT",
                              "NEOX20B", "MTNLG22"}
-# Sources priced at FlashAttention-2's throughput: llm-foundry's MPT benchmark tables. Most of
-# their rows ran MPT's FlashAttention in Triton (submit_benchmarks.py's --attn_impl defaults to
-# 'triton' and replaces the yamls' 'flash'; only the Large Scale table's 1b/3b/7b/70b rows pass
-# 'flash', with flash-attn 2.4.2: each record's notes). Priced at the FlashAttention-2 paper's
-# ratio to that kernel the refit's in-sample error rises from 6.9 to 7.6 % (docs/sources.md 12),
-# so every llm-foundry row keeps FlashAttention-2's rate.
-FA2_ATTENTION_SOURCES = {"LLMFOUNDRY_MPT"}
+# Which attention each llm-foundry benchmark table ran (each record's notes; docs/sources.md 12).
+# scripts/train/benchmarking/submit_benchmarks.py sets the model's attn_impl from its --attn_impl
+# flag, default 'triton' (MPT's FlashAttention in Triton), replacing the yamls' 'flash'. The A100
+# tables (mosaicml/llm-foundry@300cc5c) and the H100 BF16 / FP8 tables (@b2a43a1) come from
+# sweep.sh, which never passes --attn_impl; the "H100 80GB BF16 (Large Scale, >= 128 GPUs)" table
+# (@5e85bd6) from sweep.py, which passes '--attn_impl flash' (flash-attn 2.4.2) for 1b, 3b, 7b and
+# 70b and '--attn_impl triton' for 13b and 30b.
+LLMFOUNDRY_FLASH2_TABLE = "H100 80GB BF16 (Large Scale, >= 128 GPUs)"
+LLMFOUNDRY_FLASH2_MODELS = ("MPT-1B", "MPT-3B", "MPT-7B", "MPT-70B")
+
+
+def llmfoundry_attention_kernel(record: dict[str, Any]) -> Literal["fa2", "fa_triton"]:
+    """The fused-attention kernel an llm-foundry benchmark row ran (LLMFOUNDRY_FLASH2_TABLE)."""
+    table = record["source_locator"].split("'")[1]
+    flash2 = (table == LLMFOUNDRY_FLASH2_TABLE
+              and record["model"]["name"] in LLMFOUNDRY_FLASH2_MODELS)
+    return "fa2" if flash2 else "fa_triton"
 # Fused cross-entropy kernels (memory.loss_peak_bytes_per_entry): llm-foundry's
 # ComposerMPTCausalLM uses flash-attn's CrossEntropyLoss (llmfoundry/models/mpt/modeling_mpt.py:
 # loss_fn defaults to 'fused_crossentropy'); every Megatron-Bridge performance run uses
@@ -819,12 +829,14 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     eager = source in TORCHTITAN_SOURCES
     # torchtitan's attention is F.scaled_dot_product_attention, whose flash backend is
     # FlashAttention-2 (an assumption where the page does not name the backend).
-    fa2 = eager or source in FA2_ATTENTION_SOURCES
+    kernel: Literal["cudnn", "fa2", "fa_triton"] = "fa2" if eager else "cudnn"
+    if source == "LLMFOUNDRY_MPT":
+        kernel = llmfoundry_attention_kernel(record)
     bridge_dispatcher, bridge_a2a_overlap = bridge_moe_dispatch(record)
     graphs, cutedsl = bridge_graphs(record)
     wrapper = deepspeed_wrapper(record) if deepspeed else None
     return CostOptions(flash_attention=source not in UNFUSED_ATTENTION_SOURCES,
-                       fused_kernels=not eager, attention_kernel="fa2" if fa2 else "cudnn",
+                       fused_kernels=not eager, attention_kernel=kernel,
                        compiled_loss=source in COMPILED_LOSS_SOURCES and "compile" in techniques,
                        compiled_layers=eager and "compile" in techniques,
                        # torchtitan's cross-entropy under loss_parallel when TP > 1 (options.py)
@@ -1034,7 +1046,7 @@ def summarize(outcomes: list[Outcome], pairs: list[dict[str, Any]]) -> Summary:
 TUNED_SCALARS = ("elementwise_traffic_factor", "overlap_efficiency", "tp_overlap_efficiency",
                  "zero_overlap_efficiency", "moe_dispatch_s_per_routed_token",
                  "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
-                 "moe_host_s_per_layer", "moe_host_s_per_expert")
+                 "moe_host_s_per_layer", "moe_host_s_per_expert", "triton_fa_relative")
 
 
 def tuned_inputs(values: dict[str, Any], family: str, network_cluster: str | None

@@ -44,7 +44,7 @@ from placer.cost.profile import ATTENTION_RELATIVE_TO  # noqa: E402
 GLOBALS = ("elementwise_traffic_factor", "overlap_efficiency", "moe_dispatch_s_per_routed_token",
            "attention_half_keys", "moe_dispatch_s_per_layer", "gemm_sustained_fraction",
            "tp_overlap_efficiency", "zero_overlap_efficiency", "moe_host_s_per_layer",
-           "moe_host_s_per_expert")
+           "moe_host_s_per_expert", "triton_fa_relative")
 
 # (family, field, lower bound, upper bound): "*" for the shared constants, "network" for a
 # cluster's network bus bandwidth (Jean Zay: see bench/accuracy.py JEAN_ZAY_NETWORK_BUSBW).
@@ -58,7 +58,7 @@ START = {"elementwise_traffic_factor": 2.0, "overlap_efficiency": 0.8, "network"
          "tp_overlap_efficiency": 0.8, "zero_overlap_efficiency": 0.8,
          "moe_dispatch_s_per_routed_token": 0.0, "attention_half_keys": 256.0,
          "moe_dispatch_s_per_layer": 0.0, "gemm_sustained_fraction": 0.9,
-         "moe_host_s_per_layer": 0.0, "moe_host_s_per_expert": 0.0,
+         "moe_host_s_per_layer": 0.0, "moe_host_s_per_expert": 0.0, "triton_fa_relative": 1.0,
          "max_efficiency": 0.6, "fp8_max_efficiency": 0.5, "half_efficiency_flops": 1e10,
          "attention_efficiency": 0.5}
 
@@ -94,6 +94,9 @@ def parameters(cases: list[accuracy.Case]) -> list[Parameter]:
         params.append(("*", "moe_host_s_per_expert", 0.0, 2e-3))
     if any(c.options.flash_attention for c in cases):
         params.append(("*", "attention_half_keys", 0.0, 8192.0))
+    if any(c.options.flash_attention and c.options.attention_kernel == "fa_triton"
+           for c in cases):
+        params.append(("*", "triton_fa_relative", 0.2, 2.0))
     if any(c.profile is not None for c in cases):
         params.append(("network", "jean-zay", 0.5e9, 12.5e9))
     for family in sorted({c.family for c in cases if not c.oom}):

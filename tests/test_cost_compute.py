@@ -394,3 +394,33 @@ def test_nvfp4_gemms_run_at_blackwells_fp4_peak_and_move_half_bytes() -> None:
     assert hopper.peak_flops("fp4") == hopper.peak_flops("fp8")
     assert gemm_times(((flops, 1),), ((m, n, k),), hopper, "fp4") == gemm_times(
         ((flops, 1),), ((m, n, k),), hopper, "fp8")
+
+
+def test_attention_kernels_scale_fused_attention_time_and_nothing_else() -> None:
+    """FlashAttention-2 runs at 35 / 75 of cuDNN's share of H100's peak (FlashAttention-3's
+    paper, arXiv:2407.08608, section 1), FlashAttention in Triton at ``triton_fa_relative`` of
+    FlashAttention-2's, forward and backward alike; before Hopper FlashAttention-2 is the fitted
+    kernel itself. Only the fused-attention part of a layer's time moves."""
+    from placer.cost.compute import FA2_RELATIVE_THROUGHPUT
+
+    assert pytest.approx(0.35 / 0.75) == FA2_RELATIVE_THROUGHPUT
+    job = Job(seq_len=8192, global_batch_size=8)
+    model = Model(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                  ffn_hidden_size=11008, vocab_size=32000)
+    for cluster, fa2_share in (("dgx-h100", FA2_RELATIVE_THROUGHPUT), ("dgx-a100", 1.0)):
+        calib = replace(calibration_for(cluster_preset(cluster)), triton_fa_relative=0.5)
+        attention = {}
+        for kernel in ("cudnn", "fa2", "fa_triton"):
+            work = layer_work(model, job, Layout(dp=8), False,
+                              CostOptions(attention_kernel=kernel))
+            fused = pass_times(work, calib, "bf16", "none")
+            bare = pass_times(replace(work, attention_flops=0.0), calib, "bf16", "none")
+            attention[kernel] = (fused.forward_s - bare.forward_s,
+                                 fused.backward_s - bare.backward_s)
+            assert bare.forward_s == pytest.approx(
+                pass_times(replace(layer_work(model, job, Layout(dp=8), False),
+                                   attention_flops=0.0), calib, "bf16", "none").forward_s)
+        for pass_index in (0, 1):
+            cudnn, fa2, triton = (attention[k][pass_index] for k in ("cudnn", "fa2", "fa_triton"))
+            assert cudnn / fa2 == pytest.approx(fa2_share, rel=0.02)
+            assert fa2 / triton == pytest.approx(0.5, rel=0.02)

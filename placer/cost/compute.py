@@ -61,9 +61,11 @@ ACTIVATION_BYTES = 2
 # FlashAttention-2's throughput on Hopper relative to the Hopper-specific kernels (cuDNN's fused
 # attention, FlashAttention-3) that the fitted attention efficiency describes: FA2 reaches 35 % of
 # H100's BF16 peak where FA3 reaches 75 % (Shah et al. 2024, FlashAttention-3,
-# arXiv:2407.08608, section 1). Applied on Hopper and later (profile.HOPPER_CLASS_FAMILIES):
-# before Hopper there is no faster kernel (FA3 uses Hopper's TMA and warpgroup MMA), so there the
-# fitted attention efficiency is FlashAttention-2's own.
+# arXiv:2407.08608, section 1). One H100 measurement of one shape puts it at 329.483 / 631.338
+# (pytorch/pytorch#142132); priced so, the leave-one-source-out mean is 10.0 % against 9.1 %
+# (docs/sources.md 12). Applied on Hopper and later (profile.HOPPER_CLASS_FAMILIES): before
+# Hopper there is no faster kernel (FA3 uses Hopper's TMA and warpgroup MMA), so there the fitted
+# attention efficiency is FlashAttention-2's own.
 FA2_RELATIVE_THROUGHPUT = 0.35 / 0.75
 # FlashAttention-2 backward: 5 matmuls against 2 in the forward pass (Dao 2023, arXiv:2307.08691).
 ATTENTION_BACKWARD_RATIO = 2.5
@@ -521,8 +523,10 @@ def attention_forward_s(work: LayerWork, calib: Calibration) -> float:
         efficiency = gemm.attention_efficiency or calib.gemm_efficiency("bf16")
         if constant_family(calib.gpu) in HOPPER_CLASS_FAMILIES:  # where cuDNN measured it
             efficiency *= head_dim_efficiency(work.attention_head_dim)
-            if work.attention_kernel == "fa2":
+            if work.attention_kernel in ("fa2", "fa_triton"):
                 efficiency *= FA2_RELATIVE_THROUGHPUT
+        if work.attention_kernel == "fa_triton":
+            efficiency *= calib.triton_fa_relative
         fused = gemm_time(work.attention_flops, bf16_peak,
                           efficiency * attention_key_efficiency(work.attention_keys, calib), half)
     return unfused + fused

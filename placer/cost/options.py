@@ -30,10 +30,12 @@ class CostOptions:
 
     flash_attention: bool = True
     """Fused attention: no s x s scores stored or moved; causal blocks skipped."""
-    attention_kernel: Literal["cudnn", "fa2"] = "cudnn"
+    attention_kernel: Literal["cudnn", "fa2", "fa_triton"] = "cudnn"
     """Fused-attention kernel: ``cudnn`` (Transformer Engine's cuDNN fused attention, or
-    FlashAttention-3, on Hopper and later), or ``fa2`` (FlashAttention-2, what PyTorch's SDPA
-    flash backend runs), slower on Hopper (compute.FA2_RELATIVE_THROUGHPUT)."""
+    FlashAttention-3, on Hopper and later), ``fa2`` (FlashAttention-2, what PyTorch's SDPA
+    flash backend runs), slower on Hopper (compute.FA2_RELATIVE_THROUGHPUT), or ``fa_triton``
+    (FlashAttention in Triton, MPT's ``attn_impl: triton``), at profile.TRITON_FA_RELATIVE of
+    FlashAttention-2's rate."""
     expandable_segments: bool = False
     """``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (torchtitan's run_train.sh, NeMo's
     performance executors): no fragmentation allowance (memory._fragmentation)."""
