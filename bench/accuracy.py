@@ -37,7 +37,7 @@ from placer.cost import Calibration, calibration_for, estimate_with
 from placer.cost.compute import forward_flops_per_token
 from placer.cost.deepspeed_optimizer import Wrapper, memory_flags, optimizer_wrapper
 from placer.cost.groups import GroupLinks, group_links
-from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, CostOptions
+from placer.cost.options import DEEPSPEED_MAX_LIVE_PARAMS, AttentionKernel, CostOptions
 from placer.cost.profile import FAMILY_FALLBACK, related_attention
 from placer.errors import PlacerError
 from placer.mesh import DEFAULT_ORDER
@@ -597,12 +597,18 @@ LLMFOUNDRY_FLASH2_TABLE = "H100 80GB BF16 (Large Scale, >= 128 GPUs)"
 LLMFOUNDRY_FLASH2_MODELS = ("MPT-1B", "MPT-3B", "MPT-7B", "MPT-70B")
 
 
-def llmfoundry_attention_kernel(record: dict[str, Any]) -> Literal["fa2", "fa_triton"]:
+def llmfoundry_table(record: dict[str, Any]) -> str:
+    """The llm-foundry README table a record comes from (its source_locator's quoted name)."""
+    return record["source_locator"].split("'")[1]
+
+
+def llmfoundry_attention_kernel(record: dict[str, Any]) -> AttentionKernel:
     """The fused-attention kernel an llm-foundry benchmark row ran (LLMFOUNDRY_FLASH2_TABLE)."""
-    table = record["source_locator"].split("'")[1]
-    flash2 = (table == LLMFOUNDRY_FLASH2_TABLE
+    flash2 = (llmfoundry_table(record) == LLMFOUNDRY_FLASH2_TABLE
               and record["model"]["name"] in LLMFOUNDRY_FLASH2_MODELS)
     return "fa2" if flash2 else "fa_triton"
+
+
 # Fused cross-entropy kernels (memory.loss_peak_bytes_per_entry): llm-foundry's
 # ComposerMPTCausalLM uses flash-attn's CrossEntropyLoss (llmfoundry/models/mpt/modeling_mpt.py:
 # loss_fn defaults to 'fused_crossentropy'); every Megatron-Bridge performance run uses
@@ -829,7 +835,7 @@ def options_for(record: dict[str, Any]) -> CostOptions:
     eager = source in TORCHTITAN_SOURCES
     # torchtitan's attention is F.scaled_dot_product_attention, whose flash backend is
     # FlashAttention-2 (an assumption where the page does not name the backend).
-    kernel: Literal["cudnn", "fa2", "fa_triton"] = "fa2" if eager else "cudnn"
+    kernel: AttentionKernel = "fa2" if eager else "cudnn"
     if source == "LLMFOUNDRY_MPT":
         kernel = llmfoundry_attention_kernel(record)
     bridge_dispatcher, bridge_a2a_overlap = bridge_moe_dispatch(record)

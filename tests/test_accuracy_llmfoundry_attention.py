@@ -24,12 +24,8 @@ FOUNDRY = [r for r in RECORDS if r["source_id"] == "LLMFOUNDRY_MPT"]
 LARGE_SCALE = "H100 80GB BF16 (Large Scale, >= 128 GPUs)"
 
 
-def _table(record: dict) -> str:
-    return record["source_locator"].split("'")[1]
-
-
 def test_only_the_large_scale_tables_flash_sizes_run_flashattention_2() -> None:
-    kernels = Counter((_table(r) == LARGE_SCALE, r["model"]["name"],
+    kernels = Counter((accuracy.llmfoundry_table(r) == LARGE_SCALE, r["model"]["name"],
                        accuracy.options_for(r).attention_kernel) for r in FOUNDRY)
     # sweep.py: flash for 1b, 3b, 7b, 70b; triton for 13b, 30b (three GPU counts each).
     for name in ("MPT-1B", "MPT-3B", "MPT-7B", "MPT-70B"):

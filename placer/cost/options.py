@@ -22,6 +22,8 @@ MOE_LOAD_IMBALANCE = 1.25
 DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 DEEPSPEED_PREFETCH_BUCKET_PARAMS = 5e7
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
+# The fused-attention kernels the cost model prices (CostOptions.attention_kernel).
+AttentionKernel = Literal["cudnn", "fa2", "fa_triton"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class CostOptions:
 
     flash_attention: bool = True
     """Fused attention: no s x s scores stored or moved; causal blocks skipped."""
-    attention_kernel: Literal["cudnn", "fa2", "fa_triton"] = "cudnn"
+    attention_kernel: AttentionKernel = "cudnn"
     """Fused-attention kernel: ``cudnn`` (Transformer Engine's cuDNN fused attention, or
     FlashAttention-3, on Hopper and later), ``fa2`` (FlashAttention-2, what PyTorch's SDPA
     flash backend runs), slower on Hopper (compute.FA2_RELATIVE_THROUGHPUT), or ``fa_triton``
